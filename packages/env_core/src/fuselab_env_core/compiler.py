@@ -1,0 +1,200 @@
+"""Compile a plan into its fused kernel, through an in-process and an on-disk cache.
+
+The pipeline, one logged step each: key -> classify (in-process / disk / miss) -> generate
+-> compile or load. The disk cache is one directory per plan key under the cache root
+(``FUSELAB_CACHE_DIR``, default ``~/.cache/fuselab``) holding the generated module; Numba's own
+cache (``cache=True``) sits next to it in ``__pycache__`` or under ``NUMBA_CACHE_DIR``.
+
+A corrupt or stale cached file is removed and rebuilt with a WARNING. Files are written
+atomically (temp file + link), so processes building the same plan at once never see a
+partial module; Numba writes its cache files atomically too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numba
+from numba import types as nbtypes
+
+from fuselab_env_core.codegen import KERNEL_NAME, generate_kernel_source, kernel_args
+from fuselab_env_core.plan import Plan
+from fuselab_env_core.plan_key import plan_key
+
+log = logging.getLogger(__name__)
+
+CacheState = Literal["in-process", "disk", "miss"]
+
+_IN_PROCESS: dict[str, Any] = {}  # plan key -> compiled Numba dispatcher
+
+
+@dataclass
+class BuildReport:
+    """What a build did: which cache served it, whether Numba compiled, and step timings."""
+
+    key: str
+    cache: CacheState
+    compiled: bool
+    source_path: Path
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.timings_ms.values())
+
+
+def cache_root() -> Path:
+    configured = os.environ.get("FUSELAB_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "fuselab"
+
+
+def kernel_signature(plan: Plan) -> tuple:
+    """Numba argument types of the plan's kernel, known before any buffer exists."""
+    return tuple(
+        nbtypes.Array(numba.from_dtype(arg.dtype), arg.ndim, "C") for arg in kernel_args(plan)
+    )
+
+
+def compile_plan(plan: Plan, report_timings: dict[str, float] | None = None):
+    """Return the plan's compiled kernel and a :class:`BuildReport`."""
+    timings = report_timings if report_timings is not None else {}
+    started = time.perf_counter()
+    key = plan_key(plan)
+    timings["key"] = _ms_since(started)
+    directory = cache_root() / "kernels" / key
+    source_path = directory / f"fused_{key}.py"
+
+    if key in _IN_PROCESS:
+        log.info("plan %s: in-process cache hit (key %.1f ms)", key, timings["key"])
+        return _IN_PROCESS[key], BuildReport(key, "in-process", False, source_path, timings)
+
+    started = time.perf_counter()
+    source = generate_kernel_source(plan, key)
+    timings["generate"] = _ms_since(started)
+    log.info("generate: %.1f ms (%d lines)", timings["generate"], source.count("\n"))
+
+    started = time.perf_counter()
+    kernel, cache = _classify(source_path, source)
+    timings["classify"] = _ms_since(started)
+    if cache == "disk":
+        log.info("plan %s: disk cache (%s), classify %.1f ms", key, directory, timings["classify"])
+    else:
+        log.info(
+            "plan %s: cache miss, compiling a fused kernel of %d terms; the first compile "
+            "takes a while (tens of seconds on few cores)",
+            key,
+            len(plan.terms()),
+        )
+
+    signature = kernel_signature(plan)
+    kernel, compiled = _compile_or_load(kernel, signature, source_path, source, cache, timings)
+    if cache == "disk" and compiled:
+        log.warning("plan %s: Numba's disk cache was stale; kernel recompiled", key)
+        cache = "miss"
+    _IN_PROCESS[key] = kernel
+    return kernel, BuildReport(key, cache, compiled, source_path, timings)
+
+
+def clear_in_process_cache() -> None:
+    _IN_PROCESS.clear()
+
+
+# -- disk cache -----------------------------------------------------------------------------
+
+
+def _classify(source_path: Path, source: str) -> tuple[Any, CacheState]:
+    """Make sure the generated module on disk is ``source``; say whether Numba's cache exists."""
+    if source_path.exists():
+        try:
+            on_disk = source_path.read_text()
+        except (OSError, UnicodeDecodeError):
+            on_disk = None
+        if on_disk != source:
+            log.warning("corrupt or stale generated kernel %s: removed, rebuilding", source_path)
+            _remove_kernel_files(source_path)
+    _write_atomically(source_path, source)
+    kernel = _import_kernel(source_path)
+    has_index = any(_numba_cache_files(kernel, source_path, "*.nbi"))
+    return kernel, "disk" if has_index else "miss"
+
+
+def _compile_or_load(kernel, signature, source_path, source, cache, timings) -> tuple[Any, bool]:
+    step = "load" if cache == "disk" else "compile"
+    started = time.perf_counter()
+    try:
+        kernel.compile(signature)
+    except Exception as error:  # noqa: BLE001 - a broken cache must never crash a build
+        if cache != "disk":
+            raise
+        log.warning(
+            "corrupt Numba cache for %s (%s: %s): removed, recompiling",
+            source_path.name,
+            type(error).__name__,
+            error,
+        )
+        _remove_kernel_files(source_path, kernel)
+        _write_atomically(source_path, source)
+        kernel = _import_kernel(source_path)
+        step = "compile"
+        kernel.compile(signature)
+    compiled = sum(kernel.stats.cache_misses.values()) > 0
+    step = "compile" if compiled else step
+    timings[step] = _ms_since(started)
+    log.info("%s: %.1f ms", step, timings[step])
+    return kernel, compiled
+
+
+def _import_kernel(source_path: Path):
+    name = f"fuselab_kernel_{source_path.stem}"
+    spec = importlib.util.spec_from_file_location(name, source_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, KERNEL_NAME)
+
+
+def _numba_cache_files(kernel, source_path: Path, pattern: str):
+    cache_dir = Path(kernel.stats.cache_path)
+    return cache_dir.glob(f"{source_path.stem}.{KERNEL_NAME}-{pattern}")
+
+
+def _remove_kernel_files(source_path: Path, kernel=None) -> None:
+    if kernel is not None:
+        for path in _numba_cache_files(kernel, source_path, "*"):
+            path.unlink(missing_ok=True)
+    source_path.unlink(missing_ok=True)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Create ``path`` with ``text`` unless it exists; readers never see a partial file."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic create-if-absent: a concurrent winner's file stays
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1e3

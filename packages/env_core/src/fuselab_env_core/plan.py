@@ -1,0 +1,324 @@
+"""Resolve a task's term configuration into a plan: the ordered, fully bound form of its terms.
+
+Resolution binds every argument of every term to where its value comes from (:class:`Input`,
+:class:`Slot`, :class:`Const` or :class:`Data`), which is *parameter lowering*:
+
+* float scalars, reward weights and ``dt`` -> a slot in one float32 runtime scalar buffer;
+* ints, bools and strings -> compile-time constants of the generated kernel;
+* arrays -> kernel data arguments.
+
+Every error names the entry, the term, the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from fuselab_env_core.config import ObservationCfg, RewardCfg, TaskTermsCfg, TerminationCfg
+from fuselab_env_core.terms import Param, Term, TermKind, did_you_mean, get_term
+
+DT_SLOT_NAME = "dt"
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """A batched float/int/bool array: per-env shape (the leading num_envs is implied)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    @classmethod
+    def of(cls, shape: tuple[int, ...] | int, dtype: Any = np.float32) -> BufferSpec:
+        shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+        return cls(shape, np.dtype(dtype))
+
+
+# How one argument of a term call is supplied.
+@dataclass(frozen=True)
+class Input:
+    source: str  # "state", "workspace", "dt", "obs_out", "obs_col"
+    name: str
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int | bool | str
+
+
+@dataclass(frozen=True)
+class Data:
+    index: int
+
+
+Binding = Input | Slot | Const | Data
+
+
+@dataclass(frozen=True)
+class TermCall:
+    """One term of the plan with all its arguments bound (after ``i``)."""
+
+    section: str
+    entry: str
+    term: Term
+    args: tuple[Binding, ...]
+    weight_slot: int | None = None  # rewards
+    time_out: bool = False  # terminations
+    group: str | None = None  # observations
+    col: int = 0
+    size: int = 0
+    noise_std: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.section}.{self.entry}"
+
+
+@dataclass(frozen=True)
+class ObservationGroup:
+    name: str
+    width: int
+    noise: bool
+    terms: tuple[TermCall, ...]
+
+    def slices(self) -> dict[str, slice]:
+        return {t.entry: slice(t.col, t.col + t.size) for t in self.terms}
+
+
+@dataclass
+class Plan:
+    state: dict[str, BufferSpec]
+    workspace: dict[str, BufferSpec]
+    slot_names: list[str]
+    slot_values: np.ndarray  # float32 initial values of the runtime scalar buffer
+    data: list[np.ndarray]
+    preamble: list[TermCall] = field(default_factory=list)
+    rewards: list[TermCall] = field(default_factory=list)
+    terminations: list[TermCall] = field(default_factory=list)
+    observations: dict[str, ObservationGroup] = field(default_factory=dict)
+
+    def terms(self) -> list[TermCall]:
+        groups = [t for g in self.observations.values() for t in g.terms]
+        return [*self.preamble, *self.rewards, *self.terminations, *groups]
+
+    def slot(self, name: str) -> int:
+        try:
+            return self.slot_names.index(name)
+        except ValueError:
+            raise KeyError(
+                f"unknown runtime scalar {name!r}{did_you_mean(name, self.slot_names)}"
+            ) from None
+
+
+class PlanError(ValueError):
+    """A task's term configuration cannot be resolved."""
+
+
+def resolve_plan(
+    cfg: TaskTermsCfg | Mapping[str, Any],
+    state: Mapping[str, BufferSpec],
+    dt: float,
+) -> Plan:
+    """Resolve ``cfg`` against the env's state buffers into a :class:`Plan`."""
+    if not isinstance(cfg, TaskTermsCfg):
+        cfg = TaskTermsCfg.from_dict(cfg)
+    return _Resolver(dict(state), dt).run(cfg)
+
+
+class _Resolver:
+    def __init__(self, state: dict[str, BufferSpec], dt: float):
+        for name, spec in state.items():
+            if not isinstance(spec, BufferSpec):
+                raise PlanError(f"state buffer {name!r}: expected a BufferSpec, got {spec!r}")
+        self.plan = Plan(state, {}, [], np.zeros(0, np.float32), [])
+        self.slot_values: list[float] = []
+        self._new_slot(DT_SLOT_NAME, _positive_float("dt", dt))
+
+    def run(self, cfg: TaskTermsCfg) -> Plan:
+        plan = self.plan
+        for entry, tc in cfg.preamble.items():
+            plan.preamble.append(self._call("preamble", entry, tc, "preamble"))
+        for entry, rc in cfg.rewards.items():
+            plan.rewards.append(self._reward(entry, rc))
+        for entry, tc in cfg.terminations.items():
+            plan.terminations.append(self._termination(entry, tc))
+        for group, gc in cfg.observations.items():
+            where = f"observations.{group}"
+            if not isinstance(gc.noise, bool):
+                raise PlanError(f"{where}.noise: expected true or false, got {gc.noise!r}")
+            calls, col = [], 0
+            for entry, oc in gc.terms.items():
+                call = self._observation(group, entry, oc, col)
+                calls.append(call)
+                col += call.size
+            plan.observations[group] = ObservationGroup(group, col, gc.noise, tuple(calls))
+        plan.slot_values = np.asarray(self.slot_values, dtype=np.float32)
+        return plan
+
+    # -- sections --------------------------------------------------------------------------
+
+    def _reward(self, entry: str, rc: RewardCfg) -> TermCall:
+        weight = _float(f"rewards.{entry}.weight", rc.weight)
+        weight_slot = self._new_slot(f"rewards.{entry}.weight", weight)
+        call = self._call("rewards", entry, rc, "reward")
+        return replace(call, weight_slot=weight_slot)
+
+    def _termination(self, entry: str, tc: TerminationCfg) -> TermCall:
+        if not isinstance(tc.time_out, bool):
+            raise PlanError(
+                f"terminations.{entry}.time_out: expected true or false, got {tc.time_out!r}"
+            )
+        call = self._call("terminations", entry, tc, "termination")
+        return replace(call, time_out=tc.time_out)
+
+    def _observation(self, group: str, entry: str, oc: ObservationCfg, col: int) -> TermCall:
+        section = f"observations.{group}"
+        call = self._call(section, entry, oc, "observation")
+        term = call.term
+        size = term.size
+        if callable(size):
+            size = size(self._shapes(), self._param_values(call))
+        if not isinstance(size, (int, np.integer)) or isinstance(size, bool) or size <= 0:
+            raise PlanError(
+                f"{section}.{entry}: term {term.name!r} declares observation size {size!r}; "
+                "expected a positive int"
+            )
+        noise_std = _float(f"{section}.{entry}.noise_std", oc.noise_std)
+        if noise_std < 0:
+            raise PlanError(f"{section}.{entry}.noise_std: expected >= 0, got {noise_std}")
+        return replace(call, group=group, col=col, size=int(size), noise_std=noise_std)
+
+    # -- one term --------------------------------------------------------------------------
+
+    def _call(self, section: str, entry: str, tc, kind: TermKind) -> TermCall:
+        where = f"{section}.{entry}"
+        term_name = tc.term or entry
+        try:
+            term = get_term(term_name)
+        except KeyError as e:
+            raise PlanError(f"{where}: {e.args[0]}") from None
+        if term.kind != kind:
+            raise PlanError(
+                f"{where}: term {term.name!r} is a {term.kind} term; this section takes {kind} terms"
+            )
+        if not isinstance(tc.params, Mapping):
+            raise PlanError(f"{where}.params: expected a mapping, got {type(tc.params).__name__}")
+        for given in tc.params:
+            if term.param(given) is None:
+                accepted = [p.name for p in term.params]
+                raise PlanError(
+                    f"{where}: term {term.name!r} has no parameter {given!r}"
+                    f"{did_you_mean(str(given), accepted)}"
+                )
+        self._declare_outputs(where, term, tc.params)
+        args: list[Binding] = []
+        for arg in term.inputs:
+            args.append(self._input(where, term, arg))
+        for param in term.params:
+            args.append(self._param(where, term, param, tc.params))
+        return TermCall(section=section, entry=entry, term=term, args=tuple(args))
+
+    def _declare_outputs(self, where: str, term: Term, params: Mapping[str, Any]) -> None:
+        values = {p.name: params.get(p.name, p.default) for p in term.params}
+        for name, shape in term.outputs.items():
+            if name in self.plan.state or name in self.plan.workspace:
+                owner = "a state buffer" if name in self.plan.state else "already a workspace field"
+                raise PlanError(f"{where}: workspace output {name!r} is {owner} (duplicate name)")
+            if callable(shape):
+                shape = shape(self._shapes(), values)
+            self.plan.workspace[name] = BufferSpec.of(shape)
+
+    def _input(self, where: str, term: Term, arg: str) -> Input:
+        if arg == "dt":
+            return Input("dt", arg)
+        if term.kind == "observation" and arg == "out":
+            return Input("obs_out", arg)
+        if term.kind == "observation" and arg == "col":
+            return Input("obs_col", arg)
+        if arg in self.plan.state:
+            return Input("state", arg)
+        if arg in self.plan.workspace:
+            return Input("workspace", arg)
+        known = ["dt", *self.plan.state, *self.plan.workspace]
+        raise PlanError(
+            f"{where}: term {term.name!r} reads {arg!r}, which is no state buffer or workspace "
+            f"field written by an earlier preamble term{did_you_mean(arg, known)} "
+            "(annotate it if it is a parameter)"
+        )
+
+    def _param(self, where: str, term: Term, param: Param, given: Mapping[str, Any]) -> Binding:
+        field_name = f"{where}.params.{param.name}"
+        if param.name not in given and param.required:
+            raise PlanError(
+                f"{field_name}: missing parameter of term {term.name!r} "
+                f"(expected {param.type.__name__})"
+            )
+        value = given.get(param.name, param.default)
+        if param.type is float:
+            return Slot(self._new_slot(f"{where}.{param.name}", _float(field_name, value)))
+        if param.type is np.ndarray:
+            return Data(self._new_data(field_name, value))
+        if (
+            param.type is int
+            and isinstance(value, (int, np.integer))
+            and not isinstance(value, bool)
+        ):
+            return Const(int(value))
+        if param.type is bool and isinstance(value, (bool, np.bool_)):
+            return Const(bool(value))
+        if param.type is str and isinstance(value, str):
+            return Const(value)
+        raise PlanError(f"{field_name}: expected {param.type.__name__}, got {value!r}")
+
+    # -- lowering targets ------------------------------------------------------------------
+
+    def _new_slot(self, name: str, value: float) -> int:
+        self.plan.slot_names.append(name)
+        self.slot_values.append(value)
+        return len(self.slot_values) - 1
+
+    def _new_data(self, field_name: str, value: Any) -> int:
+        array = np.ascontiguousarray(value)
+        if array.dtype.kind not in "biuf" or array.ndim == 0:
+            raise PlanError(
+                f"{field_name}: expected a numeric array with at least one dimension, got {value!r}"
+            )
+        self.plan.data.append(array)
+        return len(self.plan.data) - 1
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        return {n: s.shape for n, s in (self.plan.state | self.plan.workspace).items()}
+
+    def _param_values(self, call: TermCall) -> dict[str, Any]:
+        values = {}
+        for param, binding in zip(call.term.params, call.args[len(call.term.inputs) :]):
+            if isinstance(binding, Slot):
+                values[param.name] = self.slot_values[binding.index]
+            elif isinstance(binding, Const):
+                values[param.name] = binding.value
+            elif isinstance(binding, Data):
+                values[param.name] = self.plan.data[binding.index]
+        return values
+
+
+def _float(field_name: str, value: Any) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise PlanError(f"{field_name}: expected a float, got {value!r}")
+    if not np.isfinite(value):
+        raise PlanError(f"{field_name}: expected a finite float, got {value!r}")
+    return float(value)
+
+
+def _positive_float(field_name: str, value: Any) -> float:
+    value = _float(field_name, value)
+    if value <= 0:
+        raise PlanError(f"{field_name}: expected > 0, got {value}")
+    return value

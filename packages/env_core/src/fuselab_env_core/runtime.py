@@ -1,0 +1,187 @@
+"""Runtime: the buffers of a plan and its fused kernel bound to an env's state.
+
+``FusedTerms.build`` is the whole start-up pipeline, one INFO line with milliseconds per step:
+resolve plan -> key -> classify cache -> generate -> compile or load -> bind buffers -> warm up.
+After that, one call runs every term of the task for every env with no Python per env.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numba
+import numpy as np
+
+from fuselab_env_core.codegen import KernelArg, kernel_args
+from fuselab_env_core.compiler import BuildReport, compile_plan
+from fuselab_env_core.config import TaskTermsCfg
+from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
+
+log = logging.getLogger(__name__)
+
+
+class TermBuffers:
+    """Everything the kernel reads or writes besides the env's state, allocated once."""
+
+    def __init__(self, plan: Plan, num_envs: int):
+        n = num_envs
+        self.num_envs = n
+        self.scalars = plan.slot_values.copy()
+        self.workspace = {k: np.zeros((n, *s.shape), s.dtype) for k, s in plan.workspace.items()}
+        self.reward = np.zeros(n, np.float32)
+        self.reward_terms = np.zeros((n, len(plan.rewards)), np.float32)
+        self.terminated = np.zeros(n, np.bool_)
+        self.truncated = np.zeros(n, np.bool_)
+        self.termination_terms = np.zeros((n, len(plan.terminations)), np.bool_)
+        self.obs = {g.name: np.zeros((n, g.width), np.float32) for g in plan.observations.values()}
+        self.noise = {
+            g.name: np.zeros((n, g.width), np.float32)
+            for g in plan.observations.values()
+            if g.noise
+        }
+
+
+class FusedTerms:
+    """A task's terms compiled into one parallel kernel and bound to an env's buffers."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        kernel,
+        report: BuildReport,
+        state: Mapping[str, np.ndarray],
+        num_threads: int | None = None,
+    ):
+        self.plan = plan
+        self.kernel = kernel
+        self.report = report
+        self.num_envs = _num_envs(state)
+        self.num_threads = _thread_budget(num_threads)
+        self.state = dict(state)
+        self.buffers = TermBuffers(plan, self.num_envs)
+        self._args = tuple(self._bind(arg) for arg in kernel_args(plan))
+
+    @classmethod
+    def build(
+        cls,
+        cfg: TaskTermsCfg | Mapping[str, Any],
+        state: Mapping[str, np.ndarray],
+        dt: float,
+        num_threads: int | None = None,
+    ) -> FusedTerms:
+        """Resolve, compile (or fetch from a cache), bind and warm up a task's terms."""
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        plan = resolve_plan(cfg, state_specs(state), dt)
+        timings["resolve"] = _ms_since(started)
+        log.info(
+            "resolve plan: %.1f ms (%d terms, %d runtime scalars)",
+            timings["resolve"],
+            len(plan.terms()),
+            len(plan.slot_names),
+        )
+        kernel, report = compile_plan(plan, timings)
+        started = time.perf_counter()
+        fused = cls(plan, kernel, report, state, num_threads)
+        timings["bind"] = _ms_since(started)
+        started = time.perf_counter()
+        fused()
+        timings["warm up"] = _ms_since(started)
+        log.info(
+            "bind: %.1f ms, warm up: %.1f ms (%d envs, %d Numba threads); build %s in %.1f ms",
+            timings["bind"],
+            timings["warm up"],
+            fused.num_envs,
+            fused.num_threads,
+            report.cache,
+            report.total_ms,
+        )
+        return fused
+
+    def __call__(self) -> None:
+        """Run preamble, rewards, terminations and observations for every env."""
+        if numba.get_num_threads() != self.num_threads:
+            numba.set_num_threads(self.num_threads)  # Numba's pool only; thread-local setting
+        self.kernel(*self._args)
+
+    # -- runtime scalars: tuning never recompiles --------------------------------------------
+
+    def set_scalar(self, name: str, value: float) -> None:
+        index = self.plan.slot(name)
+        if isinstance(value, (bool, np.bool_)) or not np.isfinite(value):
+            raise PlanError(f"runtime scalar {name!r}: expected a finite float, got {value!r}")
+        self.buffers.scalars[index] = value
+
+    def scalar(self, name: str) -> float:
+        return float(self.buffers.scalars[self.plan.slot(name)])
+
+    def sample_noise(self, rng: np.random.Generator) -> None:
+        """Fill each noisy group's noise buffer with N(0, noise_std) per term."""
+        for name, noise in self.buffers.noise.items():
+            for call in self.plan.observations[name].terms:
+                columns = noise[:, call.col : call.col + call.size]
+                if call.noise_std > 0:
+                    columns[:] = rng.standard_normal(columns.shape, np.float32) * call.noise_std
+                else:
+                    columns[:] = 0.0
+
+    # -- binding -----------------------------------------------------------------------------
+
+    def _bind(self, arg: KernelArg) -> np.ndarray:
+        b = self.buffers
+        if arg.source == "scalars":
+            return b.scalars
+        if arg.source == "state":
+            return _checked(f"state buffer {arg.key!r}", self.state[arg.key], arg, self.num_envs)
+        if arg.source == "data":
+            return self.plan.data[arg.key]
+        sources = {"workspace": b.workspace, "obs": b.obs, "noise": b.noise}
+        if arg.source in sources:
+            return sources[arg.source][arg.key]
+        return getattr(b, arg.key)
+
+
+def state_specs(state: Mapping[str, np.ndarray]) -> dict[str, BufferSpec]:
+    return {name: BufferSpec.of(array.shape[1:], array.dtype) for name, array in state.items()}
+
+
+def _checked(what: str, array: Any, arg: KernelArg, num_envs: int) -> np.ndarray:
+    expected = (num_envs, *arg.shape)
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{what}: expected a numpy array, got {type(array).__name__}")
+    if array.shape != expected or array.dtype != arg.dtype:
+        raise PlanError(
+            f"{what}: expected shape {expected} and dtype {arg.dtype}, "
+            f"got {array.shape} {array.dtype}"
+        )
+    if not array.flags.c_contiguous:
+        raise PlanError(f"{what}: expected a C-contiguous array")
+    return array
+
+
+def _num_envs(state: Mapping[str, np.ndarray]) -> int:
+    sizes = {name: np.shape(array)[0] if np.ndim(array) else None for name, array in state.items()}
+    distinct = set(sizes.values())
+    if len(distinct) != 1 or None in distinct:
+        raise PlanError(f"state buffers must share a leading num_envs dimension, got {sizes}")
+    return int(distinct.pop())
+
+
+def _thread_budget(num_threads: int | None) -> int:
+    available = numba.config.NUMBA_NUM_THREADS
+    if num_threads is None:
+        return available
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise PlanError(f"num_threads: expected an int in 1..{available}, got {num_threads!r}")
+    if not 1 <= num_threads <= available:
+        raise PlanError(
+            f"num_threads: expected 1..{available} (NUMBA_NUM_THREADS), got {num_threads}"
+        )
+    return num_threads
+
+
+def _ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1e3
