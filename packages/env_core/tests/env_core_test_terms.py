@@ -81,7 +81,9 @@ def terms_cfg(std=0.5, weight=2.0, limit=1.0, scale=1.0, nan_weight=0.0):
         "observations": {
             "actor": {
                 "noise": True,
-                "terms": {"vel": {"term": "scaled_velocity", "noise_std": 0.1, "params": {"scale": scale}}},
+                "terms": {
+                    "vel": {"term": "scaled_velocity", "noise_std": 0.1, "params": {"scale": scale}}
+                },
             },
             "critic": {"terms": {"vel": {"term": "scaled_velocity", "params": {"scale": scale}}}},
         },

@@ -144,7 +144,9 @@ def test_thread_budget_is_applied_to_numba_only_and_validated():
     fused = FusedTerms.build(terms_cfg(), state, dt=0.02, num_threads=1)
     fused()
     assert numba.get_num_threads() == 1
-    assert FusedTerms.build(terms_cfg(), state, dt=0.02).num_threads == numba.config.NUMBA_NUM_THREADS
+    assert (
+        FusedTerms.build(terms_cfg(), state, dt=0.02).num_threads == numba.config.NUMBA_NUM_THREADS
+    )
     with pytest.raises(PlanError, match="num_threads: expected 1.."):
         FusedTerms.build(terms_cfg(), state, dt=0.02, num_threads=10_000)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class Slot:
 
 @dataclass(frozen=True)
 class Const:
-    value: int | bool | str
+    value: int | bool | str | float  # float only when lowering floats to constants
 
 
 @dataclass(frozen=True)
@@ -126,15 +126,23 @@ def resolve_plan(
     cfg: TaskTermsCfg | Mapping[str, Any],
     state: Mapping[str, BufferSpec],
     dt: float,
+    float_params: Literal["slots", "constants"] = "slots",
 ) -> Plan:
-    """Resolve ``cfg`` against the env's state buffers into a :class:`Plan`."""
+    """Resolve ``cfg`` against the env's state buffers into a :class:`Plan`.
+
+    ``float_params="constants"`` bakes float parameters into the kernel (every value change
+    recompiles); it exists to measure what runtime slots cost, not for training.
+    """
     if not isinstance(cfg, TaskTermsCfg):
         cfg = TaskTermsCfg.from_dict(cfg)
-    return _Resolver(dict(state), dt).run(cfg)
+    if float_params not in ("slots", "constants"):
+        raise PlanError(f"float_params: expected 'slots' or 'constants', got {float_params!r}")
+    return _Resolver(dict(state), dt, float_params == "constants").run(cfg)
 
 
 class _Resolver:
-    def __init__(self, state: dict[str, BufferSpec], dt: float):
+    def __init__(self, state: dict[str, BufferSpec], dt: float, bake_floats: bool = False):
+        self.bake_floats = bake_floats
         for name, spec in state.items():
             if not isinstance(spec, BufferSpec):
                 raise PlanError(f"state buffer {name!r}: expected a BufferSpec, got {spec!r}")
@@ -262,6 +270,8 @@ class _Resolver:
                 f"(expected {param.type.__name__})"
             )
         value = given.get(param.name, param.default)
+        if param.type is float and self.bake_floats:
+            return Const(_float(field_name, value))
         if param.type is float:
             return Slot(self._new_slot(f"{where}.{param.name}", _float(field_name, value)))
         if param.type is np.ndarray:

@@ -63,7 +63,7 @@ def _describe_binding(binding) -> list[Any]:
     if isinstance(binding, Slot):
         return ["slot", binding.index]
     if isinstance(binding, Const):
-        return ["const", type(binding.value).__name__, binding.value]
+        return ["const", type(binding.value).__name__, repr(binding.value)]
     if isinstance(binding, Data):
         return ["data", binding.index]
     raise TypeError(f"unknown binding {binding!r}")

@@ -590,3 +590,34 @@ def task_terms(**floats: float) -> dict:
             },
         },
     }
+
+
+# -- a plan of many float parameters (the price of runtime slots) -------------------------------
+
+
+@reward(name="synthetic_joint_polynomial")
+def joint_polynomial(i, joint_pos, a: float = 0.1, b: float = 0.2, c: float = 0.3, d: float = 0.4):
+    total = 0.0
+    for j in range(joint_pos.shape[1]):
+        q = joint_pos[i, j]
+        total += ((a * q + b) * q + c) * q + d
+    return total
+
+
+@joint_polynomial.numpy
+def _(joint_pos, a, b, c, d):
+    return np.sum(((a * joint_pos + b) * joint_pos + c) * joint_pos + d, axis=-1)
+
+
+def many_floats_terms(num_terms: int = 8) -> dict:
+    """``num_terms`` rewards of 4 float parameters each (32 by default), distinct values."""
+    return {
+        "rewards": {
+            f"poly{k}": {
+                "term": "synthetic_joint_polynomial",
+                "weight": 1.0,
+                "params": {"a": 0.1 + k, "b": 0.2 * k, "c": 0.3 - k, "d": 0.01 * k},
+            }
+            for k in range(num_terms)
+        }
+    }

@@ -1,0 +1,57 @@
+"""Developer sessions: `uv run nox -s test_all` (the README's test command), per-package tests,
+`bench` and `lint`. Each test session installs only what it names, so a missing dependency shows.
+"""
+
+from pathlib import Path
+
+import nox
+
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["test_all"]
+
+ROOT = Path(__file__).parent
+# Install order follows the layers: each package depends only on the ones before it.
+PACKAGES = ["env_core", "sim_backends", "envs", "rl"]
+TEST_TOOLS = ["pytest>=8"]
+# One kernel cache per checkout, shared by every session and test subprocess of a run.
+CACHE_ENV = {
+    "FUSELAB_CACHE_DIR": str(ROOT / ".cache" / "fuselab"),
+    "NUMBA_CACHE_DIR": str(ROOT / ".cache" / "numba"),
+}
+
+
+def install_packages(session: nox.Session, packages: list[str]) -> None:
+    session.install(*(f"./packages/{p}" for p in packages), *TEST_TOOLS)
+
+
+@nox.session(name="test")
+@nox.parametrize("package", PACKAGES)
+def test_package(session: nox.Session, package: str) -> None:
+    """One package's tests with only that package and the packages it depends on."""
+    install_packages(session, PACKAGES[: PACKAGES.index(package) + 1])
+    session.run("pytest", f"packages/{package}/tests", *session.posargs, env=CACHE_ENV)
+
+
+@nox.session
+def test_all(session: nox.Session) -> None:
+    """Every package's tests plus tests_integration/, in one environment."""
+    install_packages(session, PACKAGES)
+    test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + ["tests_integration"]
+    session.run("pytest", *test_dirs, *session.posargs, env=CACHE_ENV)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every benchmark suite; pass e.g. `-- core --quick` to choose."""
+    install_packages(session, PACKAGES)
+    args = session.posargs or ["--json", "bench_results/bench.json"]
+    session.run("python", "tools/bench.py", *args, env=CACHE_ENV)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    install_packages(session, PACKAGES)
+    session.install("ruff", "pyright")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("pyright")

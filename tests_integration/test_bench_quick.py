@@ -1,0 +1,34 @@
+"""tools/bench.py --quick runs end to end and writes JSON that passes its own schema check."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).parents[1] / "tools" / "bench.py"
+
+
+def test_bench_quick_writes_a_valid_report(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    core = report["suites"]["core"]
+    assert core["tuning_rebuild"]["compiles"] == 0
+    assert core["startup"]["warm"]["cache"] == "disk"
+    assert core["startup"]["warm"]["compiled"] is False
+    assert core["fused_vs_numpy"]["speedup"] > 1.0
+    assert "fused kernel vs NumPy runtime" in done.stdout
+
+
+def test_bench_rejects_an_unknown_suite():
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "cores"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "unknown suite 'cores'; choose from core" in done.stderr

@@ -1,0 +1,275 @@
+"""fuselab benchmarks: every comparison is a ratio measured side by side in one process.
+
+    uv run python tools/bench.py core [--json PATH] [--quick] [--num-envs N]
+
+Suites: core (env_core: fused kernel vs NumPy runtime, tuning rebuilds, runtime-slot price,
+disk-cache start-up, thread scaling). Protocol: warmup 10, measure 100 calls, median per call.
+Prints a table and writes JSON (schema checked before writing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from fuselab_env_core import synthetic
+from fuselab_env_core.numpy_runtime import NumpyTerms
+from fuselab_env_core.runtime import FusedTerms
+
+log = logging.getLogger("bench")
+
+SCHEMA_VERSION = 1
+
+
+def time_calls(fn: Callable[[], None], warmup: int, measure: int) -> float:
+    """Median milliseconds per call."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(measure):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(samples)
+
+
+def with_threads(fused: FusedTerms, num_threads: int) -> FusedTerms:
+    fused.num_threads = num_threads
+    return fused
+
+
+# -- core ---------------------------------------------------------------------------------------
+
+
+def bench_core(args) -> dict:
+    n, warmup, measure = args.num_envs, args.warmup, args.measure
+    rng = np.random.default_rng(0)
+    state = synthetic.random_state(n, rng)
+    cores = numba.config.NUMBA_NUM_THREADS
+    results: dict = {}
+
+    fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
+    oracle = NumpyTerms(fused.plan, state)
+    fused_ms = time_calls(with_threads(fused, cores), warmup, measure)
+    numpy_ms = time_calls(oracle, warmup, measure)
+    one_thread_ms = time_calls(with_threads(fused, 1), warmup, measure)
+    results["fused_vs_numpy"] = {
+        "fused_ms": fused_ms,
+        "numpy_ms": numpy_ms,
+        "speedup": numpy_ms / fused_ms,
+        "goal": 10.0,
+    }
+    results["thread_scaling"] = {
+        "one_thread_ms": one_thread_ms,
+        "all_cores_ms": fused_ms,
+        "threads": cores,
+        "threading_layer": numba.threading_layer(),
+        "speedup": one_thread_ms / fused_ms,
+        "goal": 1.8,
+    }
+
+    every_float = {name: 0.123 + k * 0.01 for k, name in enumerate(_float_names())}
+    started = time.perf_counter()
+    tuned = FusedTerms.build(synthetic.task_terms(**every_float), state, dt=0.01)
+    results["tuning_rebuild"] = {
+        "build_ms": (time.perf_counter() - started) * 1e3,
+        "compiles": int(tuned.report.compiled),
+        "cache": tuned.report.cache,
+        "same_kernel": tuned.kernel is fused.kernel,
+        "goal_ms": 5.0,
+    }
+
+    slots = FusedTerms.build(synthetic.many_floats_terms(), state, dt=0.02)
+    baked = FusedTerms.build(
+        synthetic.many_floats_terms(), state, dt=0.02, float_params="constants"
+    )
+    slots_ms = time_calls(slots, warmup, measure)
+    baked_ms = time_calls(baked, warmup, measure)
+    results["runtime_slots_price"] = {
+        "float_params": len(slots.plan.slot_names) - 1 - len(slots.plan.rewards),
+        "slots_ms": slots_ms,
+        "constants_ms": baked_ms,
+        "overhead_pct": (slots_ms / baked_ms - 1.0) * 100.0,
+        "reference_pct": 10.0,
+    }
+    results["startup"] = _startup_cold_vs_warm()
+    return results
+
+
+def _float_names() -> list[str]:
+    names = ["anchor_pos", "anchor_ori", "body_pos", "body_ori", "body_lin_vel", "body_ang_vel"]
+    weights = [f"w_{n}" for n in [*names, "action_rate", "joint_limit"]]
+    return [*weights, *(f"std_{n}" for n in names), "anchor_height_m", "ee_height_m"]
+
+
+def _startup_cold_vs_warm() -> dict:
+    """Build the tracking-shaped plan in fresh processes: an empty cache, then a warm one."""
+    with tempfile.TemporaryDirectory(prefix="fuselab-bench-") as cache:
+        cold, warm = (_build_in_fresh_process(cache) for _ in range(2))
+    return {
+        "cold": cold,
+        "warm": warm,
+        "goal_warm_build_ms": 500.0,
+    }
+
+
+def _build_in_fresh_process(cache_dir: str) -> dict:
+    env = dict(os.environ, FUSELAB_CACHE_DIR=cache_dir)
+    env.pop("NUMBA_CACHE_DIR", None)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, __file__, "_build_once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["process_ms"] = (time.perf_counter() - started) * 1e3
+    return report
+
+
+def _build_once() -> None:
+    state = synthetic.random_state(1024, np.random.default_rng(0))
+    started = time.perf_counter()
+    fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
+    build_ms = (time.perf_counter() - started) * 1e3
+    out = {"cache": fused.report.cache, "compiled": fused.report.compiled, "build_ms": build_ms}
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+def core_rows(r: dict) -> list[tuple[str, str, str]]:
+    f, t, tune, s, st = (
+        r["fused_vs_numpy"],
+        r["thread_scaling"],
+        r["tuning_rebuild"],
+        r["runtime_slots_price"],
+        r["startup"],
+    )
+    return [
+        (
+            "fused kernel vs NumPy runtime",
+            f"{f['fused_ms']:.2f} vs {f['numpy_ms']:.2f} ms",
+            f"{f['speedup']:.1f}x (goal >= 10x)",
+        ),
+        (
+            "thread scaling (1 vs all cores)",
+            f"{t['one_thread_ms']:.2f} vs {t['all_cores_ms']:.2f} ms",
+            f"{t['speedup']:.2f}x on {t['threads']} ({t['threading_layer']}) (goal >= 1.8x)",
+        ),
+        (
+            "tuning variant build",
+            f"{tune['build_ms']:.2f} ms, {tune['compiles']} compiles",
+            f"{tune['cache']} (goal 0 compiles, < 5 ms)",
+        ),
+        (
+            f"runtime slots ({s['float_params']} floats) vs constants",
+            f"{s['slots_ms']:.3f} vs {s['constants_ms']:.3f} ms",
+            f"{s['overhead_pct']:+.1f}% (reference +10%)",
+        ),
+        (
+            "fresh-process build, cold cache",
+            f"{st['cold']['build_ms']:.0f} ms",
+            f"{st['cold']['cache']}, compiled={st['cold']['compiled']}",
+        ),
+        (
+            "fresh-process build, warm disk cache",
+            f"{st['warm']['build_ms']:.0f} ms",
+            f"{st['warm']['cache']}, compiled={st['warm']['compiled']} (goal < 500 ms)",
+        ),
+    ]
+
+
+SUITES = {"core": (bench_core, core_rows)}
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def check_schema(report: dict) -> None:
+    """The JSON every suite writes: fail loudly rather than write a report readers can't use."""
+    for key, kind in (("schema", int), ("machine", dict), ("protocol", dict), ("suites", dict)):
+        if not isinstance(report.get(key), kind):
+            raise ValueError(f"bench report: field {key!r} must be a {kind.__name__}")
+    for name, suite in report["suites"].items():
+        if name not in SUITES or not isinstance(suite, dict) or not suite:
+            raise ValueError(f"bench report: suite {name!r} is unknown or empty")
+        for metric, values in suite.items():
+            numbers = [v for v in values.values() if isinstance(v, (int, float))]
+            if not all(np.isfinite(numbers)):
+                raise ValueError(f"bench report: {name}.{metric} has a non-finite number")
+
+
+def print_table(name: str, rows: list[tuple[str, str, str]]) -> None:
+    width = max(len(r[0]) for r in rows)
+    middle = max(len(r[1]) for r in rows)
+    print(f"\n== {name} ==")
+    for label, value, verdict in rows:
+        print(f"{label:<{width}}  {value:<{middle}}  {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["_build_once"]:
+        _build_once()
+        return 0
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "suites", nargs="*", default=list(SUITES), help=f"any of {', '.join(SUITES)}"
+    )
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--num-envs", type=int, default=8192)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--measure", type=int, default=100)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for CI (under a minute)")
+    args = parser.parse_args(argv)
+    for suite in args.suites:
+        if suite not in SUITES:
+            parser.error(f"unknown suite {suite!r}; choose from {', '.join(SUITES)}")
+    if args.quick:
+        args.num_envs, args.warmup, args.measure = 512, 2, 10
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    report = {
+        "schema": SCHEMA_VERSION,
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "numba": numba.__version__,
+            "numpy": np.__version__,
+        },
+        "protocol": {"num_envs": args.num_envs, "warmup": args.warmup, "measure": args.measure},
+        "suites": {},
+    }
+    for suite in args.suites:
+        run, rows = SUITES[suite]
+        log.info(
+            "suite %s: N=%d, warmup %d, measure %d", suite, args.num_envs, args.warmup, args.measure
+        )
+        report["suites"][suite] = run(args)
+        print_table(suite, rows(report["suites"][suite]))
+    check_schema(report)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
