@@ -58,10 +58,10 @@ def bench_core(args) -> dict:
     n, warmup, measure = args.num_envs, args.warmup, args.measure
     rng = np.random.default_rng(0)
     state = synthetic.random_state(n, rng)
-    cores = numba.config.NUMBA_NUM_THREADS
     results: dict = {}
 
     fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
+    cores = fused.num_threads  # the default budget: every core Numba may use
     oracle = NumpyTerms(fused.plan, state)
     fused_ms = time_calls(with_threads(fused, cores), warmup, measure)
     numpy_ms = time_calls(oracle, warmup, measure)

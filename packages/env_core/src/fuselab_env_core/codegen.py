@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fuselab_env_core.plan import Const, Data, Input, Plan, Slot, TermCall
-from fuselab_env_core.terms import FASTMATH
+from fuselab_env_core.terms import ERROR_MODEL, FASTMATH
 
 KERNEL_NAME = "fused_step"
 
@@ -83,7 +83,8 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
     lines.append("")
     lines += [f"{alias} = _{alias}.jit" for alias in aliases.values()]
     fastmath = "{" + ", ".join(repr(flag) for flag in sorted(FASTMATH)) + "}"
-    lines += ["", "", f"@numba.njit(parallel=True, cache=True, fastmath={fastmath})"]
+    options = f"parallel=True, cache=True, fastmath={fastmath}, error_model={ERROR_MODEL!r}"
+    lines += ["", "", f"@numba.njit({options})"]
     lines.append(f"def {KERNEL_NAME}(")
     lines += [f"    {a.name}," for a in args]
     lines += [

@@ -12,6 +12,7 @@ partial module; Numba writes its cache files atomically too.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -188,10 +189,8 @@ def _write_atomically(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # atomic create-if-absent: a concurrent winner's file stays
-        except FileExistsError:
-            pass
+        with contextlib.suppress(FileExistsError):  # a concurrent winner's file stays
+            os.link(tmp, path)  # atomic create-if-absent
     finally:
         os.unlink(tmp)
 

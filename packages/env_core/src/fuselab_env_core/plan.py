@@ -215,7 +215,8 @@ class _Resolver:
             raise PlanError(f"{where}: {e.args[0]}") from None
         if term.kind != kind:
             raise PlanError(
-                f"{where}: term {term.name!r} is a {term.kind} term; this section takes {kind} terms"
+                f"{where}: term {term.name!r} is a {term.kind} term; "
+                f"this section takes {kind} terms"
             )
         if not isinstance(tc.params, Mapping):
             raise PlanError(f"{where}.params: expected a mapping, got {type(tc.params).__name__}")
@@ -309,7 +310,9 @@ class _Resolver:
 
     def _param_values(self, call: TermCall) -> dict[str, Any]:
         values = {}
-        for param, binding in zip(call.term.params, call.args[len(call.term.inputs) :]):
+        for param, binding in zip(
+            call.term.params, call.args[len(call.term.inputs) :], strict=True
+        ):
             if isinstance(binding, Slot):
                 values[param.name] = self.slot_values[binding.index]
             elif isinstance(binding, Const):

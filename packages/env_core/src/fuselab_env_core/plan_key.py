@@ -22,7 +22,7 @@ import numpy as np
 
 from fuselab_env_core import codegen
 from fuselab_env_core.plan import Const, Data, Input, Plan, Slot, TermCall
-from fuselab_env_core.terms import FASTMATH, Term
+from fuselab_env_core.terms import ERROR_MODEL, FASTMATH, Term
 
 SCHEMA_VERSION = 1
 KEY_LENGTH = 24
@@ -34,7 +34,7 @@ def plan_key(plan: Plan) -> str:
         "python": list(sys.version_info[:2]),
         "numba": numba.__version__,
         "codegen": _digest(inspect.getsource(codegen)),
-        "fastmath": sorted(FASTMATH),
+        "jit_options": [sorted(FASTMATH), ERROR_MODEL],
         "state": {n: [list(s.shape), s.dtype.str] for n, s in plan.state.items()},
         "workspace": {n: [list(s.shape), s.dtype.str] for n, s in plan.workspace.items()},
         "slots": plan.slot_names,
@@ -69,7 +69,7 @@ def _describe_binding(binding) -> list[Any]:
     raise TypeError(f"unknown binding {binding!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def source_digest(fn: types.FunctionType) -> str:
     """Digest of ``fn``'s source plus every helper function and constant it reaches."""
     parts: list[str] = []
@@ -86,7 +86,7 @@ def _collect(fn: types.FunctionType, parts: list[str], seen: set[int]) -> None:
     except (OSError, TypeError):
         parts.append(f"<no source: {fn.__module__}.{fn.__qualname__}>")
     namespace = dict(fn.__globals__)
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
         namespace[name] = cell.cell_contents
     names = _referenced_names(fn.__code__)
     for name in sorted(names):

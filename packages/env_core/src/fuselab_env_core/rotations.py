@@ -72,18 +72,20 @@ def quat_error_angle(aw, ax, ay, az, bw, bx, by, bz):
 def atan2_nonnegative(s, c):
     """atan2(s, c) for s, c >= 0, to ~2e-7 relative, without a libm call.
 
-    Branch-free (selects only), so loops over bodies vectorize; libm's scalar atan2 costs
-    ~20 ns per call, which dominated tracking rewards. Polynomial: Cephes atanf.
+    libm's scalar atan2 costs ~20 ns per call and dominated tracking rewards. Both reductions
+    are computed and then selected, so no branch depends on the data (random orientations
+    made branches mispredict). Polynomial: Cephes atanf.
     """
-    hi = max(s, c)
-    t = min(s, c) / hi if hi > 0.0 else 0.0
-    reduce = t > 0.41421356237309503  # tan(pi / 8)
-    u = (t - 1.0) / (t + 1.0) if reduce else t
+    low, high = min(s, c), max(s, c, 1e-30)
+    t = low / high
+    reduced = (low - high) / (low + high)  # (t - 1) / (t + 1), independent of the division above
+    big = t > 0.41421356237309503  # tan(pi / 8)
+    u = reduced if big else t
     zz = u * u
     p = (
         ((8.05374449538e-2 * zz - 1.38776856032e-1) * zz + 1.99777106478e-1) * zz - 3.33329491539e-1
     ) * zz * u + u
-    angle = p + (0.7853981633974483 if reduce else 0.0)
+    angle = p + (0.7853981633974483 if big else 0.0)
     return angle if s <= c else 1.5707963267948966 - angle
 
 

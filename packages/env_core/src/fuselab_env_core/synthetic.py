@@ -492,7 +492,7 @@ def random_state(num_envs: int, rng: np.random.Generator) -> dict[str, np.ndarra
 
 
 def task_terms(**floats: float) -> dict:
-    """The tracking-shaped term configuration; ``floats`` overrides every std/threshold/weight by name."""
+    """The tracking-shaped term configuration; ``floats`` override stds, thresholds, weights."""
 
     def f(name: str, default: float) -> float:
         return floats.get(name, default)

@@ -36,9 +36,12 @@ TermKind = Literal["preamble", "reward", "termination", "observation"]
 PARAM_TYPES: tuple[type, ...] = (float, int, bool, str, np.ndarray)
 OBSERVATION_ARGS = ("out", "col")
 
-# LLVM fast-math flags for terms: reassociation (vectorized reductions), contraction (FMA) and
-# approximate functions. Never nnan/ninf, so a term's NaN checks keep working.
+# Compile options of terms and of the fused kernel they are inlined into. Fast-math flags:
+# reassociation (vectorized reductions), contraction (FMA), approximate functions; never
+# nnan/ninf, so a term's NaN checks keep working. NumPy's error model: x / 0 gives inf or nan
+# instead of a zero check and raise before every division.
 FASTMATH = frozenset({"reassoc", "contract", "arcp", "nsz", "afn"})
+ERROR_MODEL = "numpy"
 
 # A shape or size may depend on the env's state layout and the term's parameters.
 ShapeRule = Callable[[Mapping[str, tuple[int, ...]], Mapping[str, Any]], Any]
@@ -164,7 +167,7 @@ def _register(kind: TermKind, name: str | None, **extra) -> Callable[[Callable],
             py_func=fn,
             inputs=inputs,
             params=params,
-            jit=numba.njit(fn, fastmath=set(FASTMATH), inline="always"),
+            jit=numba.njit(fn, fastmath=set(FASTMATH), error_model=ERROR_MODEL, inline="always"),
             **extra,
         )
         previous = _REGISTRY.get(term.name)
