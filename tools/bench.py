@@ -81,7 +81,7 @@ def bench_core(args) -> dict:
         "goal": 1.8,
     }
 
-    every_float = {name: 0.123 + k * 0.01 for k, name in enumerate(_float_names())}
+    every_float = {name: 0.123 + k * 0.01 for k, name in enumerate(synthetic.DEFAULT_FLOATS)}
     started = time.perf_counter()
     tuned = FusedTerms.build(synthetic.task_terms(**every_float), state, dt=0.01)
     results["tuning_rebuild"] = {
@@ -107,12 +107,6 @@ def bench_core(args) -> dict:
     }
     results["startup"] = _startup_cold_vs_warm()
     return results
-
-
-def _float_names() -> list[str]:
-    names = ["anchor_pos", "anchor_ori", "body_pos", "body_ori", "body_lin_vel", "body_ang_vel"]
-    weights = [f"w_{n}" for n in [*names, "action_rate", "joint_limit"]]
-    return [*weights, *(f"std_{n}" for n in names), "anchor_height_m", "ee_height_m"]
 
 
 def _startup_cold_vs_warm() -> dict:

@@ -491,63 +491,60 @@ def random_state(num_envs: int, rng: np.random.Generator) -> dict[str, np.ndarra
     return state
 
 
+EXP_REWARDS = {
+    "anchor_pos": "synthetic_anchor_pos_error_exp",
+    "anchor_ori": "synthetic_anchor_ori_error_exp",
+    "body_pos": "synthetic_body_pos_error_exp",
+    "body_ori": "synthetic_body_ori_error_exp",
+    "body_lin_vel": "synthetic_body_lin_vel_error_exp",
+    "body_ang_vel": "synthetic_body_ang_vel_error_exp",
+}
+# Every float of the task (weights, stds, thresholds) with its default, BeyondMimic's values.
+DEFAULT_FLOATS = {
+    **{f"w_{name}": 0.5 if name.startswith("anchor") else 1.0 for name in EXP_REWARDS},
+    "std_anchor_pos": 0.3,
+    "std_anchor_ori": 0.4,
+    "std_body_pos": 0.3,
+    "std_body_ori": 0.4,
+    "std_body_lin_vel": 1.0,
+    "std_body_ang_vel": 3.14,
+    "w_action_rate": -0.1,
+    "w_joint_limit": -10.0,
+    "anchor_height_m": 0.25,
+    "ee_height_m": 0.25,
+}
+
+
 def task_terms(**floats: float) -> dict:
-    """The tracking-shaped term configuration; ``floats`` override stds, thresholds, weights."""
-
-    def f(name: str, default: float) -> float:
-        return floats.get(name, default)
-
+    """The tracking-shaped term configuration; ``floats`` override DEFAULT_FLOATS by name."""
+    unknown = sorted(set(floats) - set(DEFAULT_FLOATS))
+    if unknown:
+        raise KeyError(f"unknown synthetic task floats {unknown}; known: {sorted(DEFAULT_FLOATS)}")
+    f = DEFAULT_FLOATS | floats
     joints = np.arange(NUM_JOINTS, dtype=np.float32)
+    rewards: dict = {
+        name: {"term": term, "weight": f[f"w_{name}"], "params": {"std": f[f"std_{name}"]}}
+        for name, term in EXP_REWARDS.items()
+    }
+    rewards["action_rate"] = {"term": "synthetic_action_rate_l2", "weight": f["w_action_rate"]}
+    rewards["joint_limit"] = {
+        "term": "synthetic_joint_pos_limits",
+        "weight": f["w_joint_limit"],
+        "params": {"lower": -0.3 - 0.01 * joints, "upper": 0.3 + 0.01 * joints},
+    }
     return {
         "preamble": {"anchor": {"term": "synthetic_anchor_frame"}},
-        "rewards": {
-            "anchor_pos": {
-                "term": "synthetic_anchor_pos_error_exp",
-                "weight": f("w_anchor_pos", 0.5),
-                "params": {"std": f("std_anchor_pos", 0.3)},
-            },
-            "anchor_ori": {
-                "term": "synthetic_anchor_ori_error_exp",
-                "weight": f("w_anchor_ori", 0.5),
-                "params": {"std": f("std_anchor_ori", 0.4)},
-            },
-            "body_pos": {
-                "term": "synthetic_body_pos_error_exp",
-                "weight": f("w_body_pos", 1.0),
-                "params": {"std": f("std_body_pos", 0.3)},
-            },
-            "body_ori": {
-                "term": "synthetic_body_ori_error_exp",
-                "weight": f("w_body_ori", 1.0),
-                "params": {"std": f("std_body_ori", 0.4)},
-            },
-            "body_lin_vel": {
-                "term": "synthetic_body_lin_vel_error_exp",
-                "weight": f("w_body_lin_vel", 1.0),
-                "params": {"std": f("std_body_lin_vel", 1.0)},
-            },
-            "body_ang_vel": {
-                "term": "synthetic_body_ang_vel_error_exp",
-                "weight": f("w_body_ang_vel", 1.0),
-                "params": {"std": f("std_body_ang_vel", 3.14)},
-            },
-            "action_rate": {"term": "synthetic_action_rate_l2", "weight": f("w_action_rate", -0.1)},
-            "joint_limit": {
-                "term": "synthetic_joint_pos_limits",
-                "weight": f("w_joint_limit", -10.0),
-                "params": {"lower": -0.3 - 0.01 * joints, "upper": 0.3 + 0.01 * joints},
-            },
-        },
+        "rewards": rewards,
         "terminations": {
             "anchor_height": {
                 "term": "synthetic_anchor_height_error",
-                "params": {"threshold_m": f("anchor_height_m", 0.25)},
+                "params": {"threshold_m": f["anchor_height_m"]},
             },
             "ee_height": {
                 "term": "synthetic_body_height_error",
                 "params": {
                     "body_ids": np.array([3, 6, 10, 13], np.int64),
-                    "threshold_m": f("ee_height_m", 0.25),
+                    "threshold_m": f["ee_height_m"],
                 },
             },
             "time_out": {
