@@ -83,15 +83,17 @@ def anchor_frame(
     mw, mx, my, mz = yaw_quat(rw, rx, ry, rz)
     dw, dx, dy, dz = quat_mul(yw, yx, yy, yz, mw, -mx, -my, -mz)
     ax, ay, az = body_pos_w[i, a, 0], body_pos_w[i, a, 1], ref_body_pos_w[i, a, 2]
+    # Reference anchor read once: the workspace stores below may alias it as far as LLVM knows.
+    rax, ray, raz = ref_body_pos_w[i, a, 0], ref_body_pos_w[i, a, 1], ref_body_pos_w[i, a, 2]
     for b in range(ref_body_pos_w.shape[1]):
         ox, oy, oz = quat_apply(
             dw,
             dx,
             dy,
             dz,
-            ref_body_pos_w[i, b, 0] - ref_body_pos_w[i, a, 0],
-            ref_body_pos_w[i, b, 1] - ref_body_pos_w[i, a, 1],
-            ref_body_pos_w[i, b, 2] - ref_body_pos_w[i, a, 2],
+            ref_body_pos_w[i, b, 0] - rax,
+            ref_body_pos_w[i, b, 1] - ray,
+            ref_body_pos_w[i, b, 2] - raz,
         )
         target_body_pos_w[i, b, 0] = ax + ox
         target_body_pos_w[i, b, 1] = ay + oy
@@ -420,15 +422,23 @@ last_action.numpy(lambda actions: actions)
 @observation(size=lambda shapes, params: 3 * shapes["body_pos_w"][0], name="synthetic_body_pos_b")
 def body_pos_b(i, out, col, body_pos_w, body_quat_w, anchor_body: int = ANCHOR_BODY):
     a = anchor_body
+    # Anchor values read once: the stores to `out` may alias them as far as LLVM knows.
+    qw, qx, qy, qz = (
+        body_quat_w[i, a, 0],
+        body_quat_w[i, a, 1],
+        body_quat_w[i, a, 2],
+        body_quat_w[i, a, 3],
+    )
+    px, py, pz = body_pos_w[i, a, 0], body_pos_w[i, a, 1], body_pos_w[i, a, 2]
     for b in range(body_pos_w.shape[1]):
         x, y, z = quat_apply_inverse(
-            body_quat_w[i, a, 0],
-            body_quat_w[i, a, 1],
-            body_quat_w[i, a, 2],
-            body_quat_w[i, a, 3],
-            body_pos_w[i, b, 0] - body_pos_w[i, a, 0],
-            body_pos_w[i, b, 1] - body_pos_w[i, a, 1],
-            body_pos_w[i, b, 2] - body_pos_w[i, a, 2],
+            qw,
+            qx,
+            qy,
+            qz,
+            body_pos_w[i, b, 0] - px,
+            body_pos_w[i, b, 1] - py,
+            body_pos_w[i, b, 2] - pz,
         )
         out[i, col + 3 * b] = x
         out[i, col + 3 * b + 1] = y
