@@ -138,3 +138,28 @@ def test_bad_dt_and_term_signatures():
         @reward(name="bad_annotation")
         def bad_annotation(i, gain: list):
             return 0.0
+
+
+def test_dataclass_config_resolves_like_the_dict_form():
+    from fuselab_env_core import (
+        ObservationCfg,
+        ObservationGroupCfg,
+        RewardCfg,
+        TaskTermsCfg,
+        TermCfg,
+    )
+
+    cfg = TaskTermsCfg(
+        preamble={"speed": TermCfg("planar_speed_sq")},
+        rewards={"speed": RewardCfg("speed_exp", {"std": 0.7}, weight=1.5)},
+        observations={"critic": ObservationGroupCfg({"vel": ObservationCfg("scaled_velocity")})},
+    )
+    plan = resolve(cfg)
+    assert plan.slot_names == [
+        "dt",
+        "rewards.speed.weight",
+        "rewards.speed.std",
+        "observations.critic.vel.scale",
+    ]
+    np.testing.assert_allclose(plan.slot_values, [0.02, 1.5, 0.7, 1.0], rtol=1e-6)
+    assert plan.observations["critic"].slices() == {"vel": slice(0, 3)}

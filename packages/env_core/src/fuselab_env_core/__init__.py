@@ -1,0 +1,45 @@
+"""fuselab-env-core: task terms compiled into one fused, parallel Numba kernel per plan.
+
+Write terms with :func:`reward`, :func:`termination`, :func:`observation` and :func:`preamble`,
+list them in a :class:`TaskTermsCfg` (or a plain dict), and build them with
+:meth:`FusedTerms.build`. :class:`NumpyTerms` runs the same plan with NumPy, as an oracle.
+"""
+
+from importlib.metadata import version
+
+from fuselab_env_core.config import (
+    ObservationCfg,
+    ObservationGroupCfg,
+    RewardCfg,
+    TaskTermsCfg,
+    TermCfg,
+    TerminationCfg,
+)
+from fuselab_env_core.numpy_runtime import NumpyTerms
+from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
+from fuselab_env_core.plan_key import plan_key
+from fuselab_env_core.runtime import FusedTerms, TermBuffers
+from fuselab_env_core.terms import observation, preamble, reward, termination
+
+__version__ = version("fuselab-env-core")
+
+__all__ = [
+    "BufferSpec",
+    "FusedTerms",
+    "NumpyTerms",
+    "ObservationCfg",
+    "ObservationGroupCfg",
+    "Plan",
+    "PlanError",
+    "RewardCfg",
+    "TaskTermsCfg",
+    "TermBuffers",
+    "TermCfg",
+    "TerminationCfg",
+    "observation",
+    "plan_key",
+    "preamble",
+    "resolve_plan",
+    "reward",
+    "termination",
+]

@@ -67,9 +67,9 @@ def kernel_signature(plan: Plan) -> tuple:
     )
 
 
-def compile_plan(plan: Plan, report_timings: dict[str, float] | None = None):
+def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
     """Return the plan's compiled kernel and a :class:`BuildReport`."""
-    timings = report_timings if report_timings is not None else {}
+    timings = {} if timings is None else timings
     started = time.perf_counter()
     key = plan_key(plan)
     timings["key"] = _ms_since(started)
