@@ -125,10 +125,10 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
         for call in group.terms:
             emit(_comment(call) + f" -> columns {call.col}:{call.col + call.size}")
             emit(_invoke(call, aliases, arg_names))
-        if group.noise:
+        for call in group.noisy_terms():
             obs, noise = arg_names[("obs", group.name)], arg_names[("noise", group.name)]
-            emit(f"# observations.{group.name}: add the owner's noise")
-            emit(f"for c in range({group.width}):")
+            emit(f"# {call.label}: add the owner's noise")
+            emit(f"for c in range({call.col}, {call.col + call.size}):")
             emit(f"    {obs}[i, c] += {noise}[i, c]")
 
     lines += [f"        {line}" for line in body]

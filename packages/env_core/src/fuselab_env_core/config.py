@@ -34,7 +34,8 @@ class TerminationCfg(TermCfg):
 @dataclass
 class ObservationCfg(TermCfg):
     noise_std: float = 0.0
-    """Std of the Gaussian noise the owner adds to this term in noisy groups."""
+    """Std of the Gaussian noise the owner draws for this term in a noisy group. The kernel
+    adds noise only to terms with noise_std > 0: which terms are noisy is in the plan key."""
 
 
 @dataclass

@@ -51,8 +51,9 @@ class NumpyTerms:
                 out[:, call.col : call.col + call.size] = self._checked(
                     call, self._run(call), (call.size,)
                 )
-            if group.noise:
-                out += b.noise[group.name]
+            for call in group.noisy_terms():
+                columns = slice(call.col, call.col + call.size)
+                out[:, columns] += b.noise[group.name][:, columns]
 
     def _run(self, call: TermCall):
         args = [self._value(binding) for binding in call.args]

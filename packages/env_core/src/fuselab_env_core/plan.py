@@ -92,6 +92,10 @@ class ObservationGroup:
     def slices(self) -> dict[str, slice]:
         return {t.entry: slice(t.col, t.col + t.size) for t in self.terms}
 
+    def noisy_terms(self) -> tuple[TermCall, ...]:
+        """Terms the kernel adds noise to: whether a term is noisy is structure, its std is not."""
+        return tuple(t for t in self.terms if self.noise and t.noise_std > 0)
+
 
 @dataclass
 class Plan:

@@ -40,7 +40,10 @@ def plan_key(plan: Plan) -> str:
         "slots": plan.slot_names,
         "data": [[a.dtype.str, list(a.shape)] for a in plan.data],
         "terms": [_describe_call(call) for call in plan.terms()],
-        "groups": [[g.name, g.width, g.noise] for g in plan.observations.values()],
+        "groups": [
+            [g.name, g.width, g.noise, [t.entry for t in g.noisy_terms()]]
+            for g in plan.observations.values()
+        ],
     }
     return _digest(json.dumps(description, sort_keys=True))[:KEY_LENGTH]
 
