@@ -107,10 +107,6 @@ def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
     return kernel, BuildReport(key, cache, compiled, source_path, timings)
 
 
-def clear_in_process_cache() -> None:
-    _IN_PROCESS.clear()
-
-
 # -- disk cache -----------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from fuselab_env_core.plan import Const, Data, Input, Plan, PlanError, Slot, TermCall
-from fuselab_env_core.runtime import TermBuffers
+from fuselab_env_core.runtime import TermBuffers, num_envs_of
 
 
 class NumpyTerms:
@@ -24,7 +24,7 @@ class NumpyTerms:
     ):
         self.plan = plan
         self.state = dict(state)
-        self.num_envs = len(next(iter(state.values())))
+        self.num_envs = num_envs_of(state)
         self.buffers = TermBuffers(plan, self.num_envs)
         self._twins = dict(twins or {})
         for call in plan.terms():

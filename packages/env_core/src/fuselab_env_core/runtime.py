@@ -58,7 +58,7 @@ class FusedTerms:
         self.plan = plan
         self.kernel = kernel
         self.report = report
-        self.num_envs = _num_envs(state)
+        self.num_envs = num_envs_of(state)
         self.num_threads = _thread_budget(num_threads)
         self.state = dict(state)
         self.buffers = TermBuffers(plan, self.num_envs)
@@ -121,14 +121,11 @@ class FusedTerms:
         return float(self.buffers.scalars[self.plan.slot(name)])
 
     def sample_noise(self, rng: np.random.Generator) -> None:
-        """Fill each noisy group's noise buffer with N(0, noise_std) per term."""
+        """Fill the noise of each noisy term with N(0, noise_std); the kernel reads no other."""
         for name, noise in self.buffers.noise.items():
-            for call in self.plan.observations[name].terms:
+            for call in self.plan.observations[name].noisy_terms():
                 columns = noise[:, call.col : call.col + call.size]
-                if call.noise_std > 0:
-                    columns[:] = rng.standard_normal(columns.shape, np.float32) * call.noise_std
-                else:
-                    columns[:] = 0.0
+                columns[:] = rng.standard_normal(columns.shape, np.float32) * call.noise_std
 
     # -- binding -----------------------------------------------------------------------------
 
@@ -164,7 +161,7 @@ def _checked(what: str, array: Any, arg: KernelArg, num_envs: int) -> np.ndarray
     return array
 
 
-def _num_envs(state: Mapping[str, np.ndarray]) -> int:
+def num_envs_of(state: Mapping[str, np.ndarray]) -> int:
     sizes = {name: np.shape(array)[0] if np.ndim(array) else None for name, array in state.items()}
     distinct = set(sizes.values())
     if len(distinct) != 1 or None in distinct:
