@@ -3,8 +3,9 @@
     uv run python tools/bench.py core [--json PATH] [--quick] [--num-envs N]
 
 Suites: core (env_core: fused kernel vs NumPy runtime, tuning rebuilds, runtime-slot price,
-disk-cache start-up, thread scaling). Protocol: warmup 10, measure 100 calls, median per call.
-Prints a table and writes JSON (schema checked before writing).
+disk-cache start-up, thread scaling). Protocol: warmup 10, then 3 repeats of 100 interleaved
+calls; median per repeat, median of repeats. Prints a table and writes JSON (schema checked
+before writing).
 """
 
 from __future__ import annotations
@@ -34,38 +35,47 @@ log = logging.getLogger("bench")
 SCHEMA_VERSION = 1
 
 
-def time_calls(fn: Callable[[], None], warmup: int, measure: int) -> float:
-    """Median milliseconds per call."""
+def time_side_by_side(
+    calls: dict[str, Callable[[], None]], warmup: int, measure: int, repeats: int
+) -> dict[str, float]:
+    """Median ms per call of each callable, calls interleaved so that they share the noise.
+
+    Each repeat alternates the callables ``measure`` times and takes each one's median; the
+    result is the median over repeats. On a shared machine this keeps ratios stable.
+    """
     for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(measure):
-        started = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - started) * 1e3)
-    return statistics.median(samples)
-
-
-def with_threads(fused: FusedTerms, num_threads: int) -> FusedTerms:
-    fused.num_threads = num_threads
-    return fused
+        for call in calls.values():
+            call()
+    per_repeat: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        samples: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(measure):
+            for name, call in calls.items():
+                started = time.perf_counter()
+                call()
+                samples[name].append((time.perf_counter() - started) * 1e3)
+        for name, values in samples.items():
+            per_repeat[name].append(statistics.median(values))
+    return {name: statistics.median(values) for name, values in per_repeat.items()}
 
 
 # -- core ---------------------------------------------------------------------------------------
 
 
 def bench_core(args) -> dict:
-    n, warmup, measure = args.num_envs, args.warmup, args.measure
+    n, warmup, measure, repeats = args.num_envs, args.warmup, args.measure, args.repeats
     rng = np.random.default_rng(0)
     state = synthetic.random_state(n, rng)
     results: dict = {}
 
     fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
     cores = fused.num_threads  # the default budget: every core Numba may use
+    one_thread = FusedTerms.build(synthetic.task_terms(), state, dt=0.02, num_threads=1)
     oracle = NumpyTerms(fused.plan, state)
-    fused_ms = time_calls(with_threads(fused, cores), warmup, measure)
-    numpy_ms = time_calls(oracle, warmup, measure)
-    one_thread_ms = time_calls(with_threads(fused, 1), warmup, measure)
+    ms = time_side_by_side(
+        {"fused": fused, "numpy": oracle, "one_thread": one_thread}, warmup, measure, repeats
+    )
+    fused_ms, numpy_ms, one_thread_ms = ms["fused"], ms["numpy"], ms["one_thread"]
     results["fused_vs_numpy"] = {
         "fused_ms": fused_ms,
         "numpy_ms": numpy_ms,
@@ -96,8 +106,8 @@ def bench_core(args) -> dict:
     baked = FusedTerms.build(
         synthetic.many_floats_terms(), state, dt=0.02, float_params="constants"
     )
-    slots_ms = time_calls(slots, warmup, measure)
-    baked_ms = time_calls(baked, warmup, measure)
+    ms = time_side_by_side({"slots": slots, "baked": baked}, warmup, measure, repeats)
+    slots_ms, baked_ms = ms["slots"], ms["baked"]
     results["runtime_slots_price"] = {
         "float_params": len(slots.plan.slot_names) - 1 - len(slots.plan.rewards),
         "slots_ms": slots_ms,
@@ -229,13 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=8192)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small sizes, for CI (under a minute)")
     args = parser.parse_args(argv)
     for suite in args.suites:
         if suite not in SUITES:
             parser.error(f"unknown suite {suite!r}; choose from {', '.join(SUITES)}")
     if args.quick:
-        args.num_envs, args.warmup, args.measure = 512, 2, 10
+        args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -247,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
             "numba": numba.__version__,
             "numpy": np.__version__,
         },
-        "protocol": {"num_envs": args.num_envs, "warmup": args.warmup, "measure": args.measure},
+        "protocol": {
+            "num_envs": args.num_envs,
+            "warmup": args.warmup,
+            "measure": args.measure,
+            "repeats": args.repeats,
+            "timing": "interleaved, median per repeat, median of repeats",
+        },
         "suites": {},
     }
     for suite in args.suites:
