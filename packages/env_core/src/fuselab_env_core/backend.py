@@ -1,0 +1,89 @@
+"""The SimBackend contract: batched physics over num_envs copies of one MuJoCo-format model.
+
+fuselab-sim-backends implements it for MuJoCo, MuJoCo Warp and MotrixSim; a downstream project
+can implement it for anything else. Conventions, for every backend:
+
+* every array is (num_envs, ...), float32 and C-contiguous, owned by the caller and
+  preallocated once; the hot path (``set_controls``, ``step``, ``copy_*``) allocates nothing;
+* quaternions are (w, x, y, z); velocities are in the world frame; a body's linear velocity is
+  that of its origin (not of its centre of mass);
+* bodies and joints are addressed by index in the model's order (MuJoCo's depth-first body
+  order); names are resolved once, on the cold path, by :class:`fuselab_env_core.entity.Entity`.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a backend's model is, by name and size (joints: the 1-dof hinge and slide joints)."""
+
+    body_names: tuple[str, ...]
+    joint_names: tuple[str, ...]
+    actuator_names: tuple[str, ...]
+    joint_ranges: np.ndarray  # (num_joints, 2) radians or metres; (-inf, inf) when unlimited
+    joint_qpos_adr: np.ndarray  # (num_joints,) column of each joint in qpos
+    joint_qvel_adr: np.ndarray  # (num_joints,) column of each joint in qvel
+    nq: int
+    nv: int
+    nu: int
+    physics_dt: float
+
+
+class SimBackend(abc.ABC):
+    """A batch of ``num_envs`` simulations of one model, stepped together."""
+
+    num_envs: int
+    model: ModelFacts
+
+    @abc.abstractmethod
+    def set_controls(self, controls: np.ndarray) -> None:
+        """Controls for the next steps: (num_envs, nu) float32, in the model's actuator units
+        (position targets for position actuators, torques for motors). Non-finite rows are
+        accepted: they corrupt only their own env, which a reset of that env recovers."""
+
+    @abc.abstractmethod
+    def step(self, substeps: int) -> None:
+        """Advance every env by ``substeps`` physics steps with the current controls."""
+
+    @abc.abstractmethod
+    def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Set envs ``env_ids`` to (len, nq) ``qpos`` and (len, nv) ``qvel``, zero their
+        controls' effect history, and run forward kinematics so reads are consistent at once."""
+
+    @abc.abstractmethod
+    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
+        """Fill (num_envs, nq) and (num_envs, nv) with the generalized positions and velocities."""
+
+    @abc.abstractmethod
+    def copy_body_state_w(
+        self,
+        body_ids: np.ndarray,
+        out_pos: np.ndarray,
+        out_quat: np.ndarray,
+        out_lin_vel: np.ndarray,
+        out_ang_vel: np.ndarray,
+    ) -> None:
+        """Fill (num_envs, B, 3|4|3|3) buffers with the world-frame state of bodies ``body_ids``
+        (int32, shape (B,)) in one pass."""
+
+
+def check_buffer(name: str, array: object, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
+    """A caller buffer of the contract: exact shape and dtype, C-contiguous, or a clear error."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(
+            f"{name}: expected a numpy array of shape {shape}, got {type(array).__name__}"
+        )
+    if array.shape != shape or array.dtype != np.dtype(dtype):
+        raise ValueError(
+            f"{name}: expected shape {shape} and dtype {np.dtype(dtype)}, "
+            f"got {array.shape} {array.dtype}"
+        )
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{name}: expected a C-contiguous array")
+    return array

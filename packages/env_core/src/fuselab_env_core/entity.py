@@ -1,0 +1,81 @@
+"""Entity: a robot's bodies and joints, bound by name once, then read with copies only.
+
+Binding (the cold path) resolves names to the backend's ids and fails with the names the model
+has; :meth:`Entity.update` (the hot path) fills preallocated buffers with one fused body copy
+and one joint copy, which terms then read as state buffers.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+import numpy as np
+
+from fuselab_env_core.backend import SimBackend
+
+
+class Entity:
+    def __init__(
+        self,
+        backend: SimBackend,
+        body_names: Sequence[str],
+        joint_names: Sequence[str] | None = None,
+    ):
+        facts = backend.model
+        self.backend = backend
+        self.body_names = tuple(body_names)
+        self.joint_names = tuple(facts.joint_names if joint_names is None else joint_names)
+        self.body_ids = _resolve("body", self.body_names, facts.body_names)
+        self.joint_ids = _resolve("joint", self.joint_names, facts.joint_names)
+        n, b, j = backend.num_envs, len(self.body_ids), len(self.joint_ids)
+        self.body_pos_w = np.zeros((n, b, 3), np.float32)
+        self.body_quat_w = np.zeros((n, b, 4), np.float32)
+        self.body_lin_vel_w = np.zeros((n, b, 3), np.float32)
+        self.body_ang_vel_w = np.zeros((n, b, 3), np.float32)
+        self.joint_pos = np.zeros((n, j), np.float32)
+        self.joint_vel = np.zeros((n, j), np.float32)
+        self.qpos = np.zeros((n, facts.nq), np.float32)
+        self.qvel = np.zeros((n, facts.nv), np.float32)
+        self._qpos_columns = facts.joint_qpos_adr[self.joint_ids]
+        self._qvel_columns = facts.joint_qvel_adr[self.joint_ids]
+
+    def update(self) -> None:
+        """Copy the current state of the bound bodies and joints (no allocation)."""
+        self.backend.copy_body_state_w(
+            self.body_ids,
+            self.body_pos_w,
+            self.body_quat_w,
+            self.body_lin_vel_w,
+            self.body_ang_vel_w,
+        )
+        self.backend.copy_qpos_qvel(self.qpos, self.qvel)
+        np.take(self.qpos, self._qpos_columns, axis=1, out=self.joint_pos)
+        np.take(self.qvel, self._qvel_columns, axis=1, out=self.joint_vel)
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The buffers by the names terms use for them."""
+        return {
+            "body_pos_w": self.body_pos_w,
+            "body_quat_w": self.body_quat_w,
+            "body_lin_vel_w": self.body_lin_vel_w,
+            "body_ang_vel_w": self.body_ang_vel_w,
+            "joint_pos": self.joint_pos,
+            "joint_vel": self.joint_vel,
+        }
+
+
+def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.ndarray:
+    index = {name: k for k, name in enumerate(model_names)}
+    duplicates = sorted({name for name in names if list(names).count(name) > 1})
+    if duplicates:
+        raise ValueError(f"{kind} names: {duplicates} listed more than once")
+    for name in names:
+        if name not in index:
+            close = difflib.get_close_matches(name, model_names, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise KeyError(
+                f"{kind} {name!r} is not in the model; {hint}"
+                f"the model's {kind}s: {', '.join(model_names)}"
+            )
+    return np.array([index[name] for name in names], dtype=np.int32)

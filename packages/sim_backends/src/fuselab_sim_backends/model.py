@@ -1,0 +1,59 @@
+"""Loading a MuJoCo-format model (MJCF path or XML string) and describing it as ModelFacts."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from fuselab_env_core.backend import ModelFacts
+
+log = logging.getLogger(__name__)
+
+ONE_DOF_JOINTS = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
+
+
+def load_spec(mjcf: str | Path) -> mujoco.MjSpec:
+    """An MjSpec from a file path or an XML string, with an error that names what failed."""
+    started = time.perf_counter()
+    text = str(mjcf)
+    is_xml = isinstance(mjcf, str) and text.lstrip().startswith("<")
+    if not is_xml:
+        path = Path(mjcf).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"mjcf: no MJCF file at {str(path)!r}")
+    try:
+        spec = mujoco.MjSpec.from_string(text) if is_xml else mujoco.MjSpec.from_file(str(path))
+    except ValueError as error:
+        where = "the MJCF string" if is_xml else repr(str(path))
+        raise ValueError(f"mjcf: MuJoCo could not parse {where}: {error}") from None
+    log.info("load MJCF: %.1f ms", (time.perf_counter() - started) * 1e3)
+    return spec
+
+
+def model_facts(model: mujoco.MjModel) -> ModelFacts:
+    def names(kind: mujoco.mjtObj, count: int) -> tuple[str, ...]:
+        return tuple(mujoco.mj_id2name(model, kind, k) or f"{kind.name}_{k}" for k in range(count))
+
+    joints = [j for j in range(model.njnt) if model.jnt_type[j] in ONE_DOF_JOINTS]
+    ranges = np.where(
+        model.jnt_limited[joints, None].astype(bool),
+        model.jnt_range[joints],
+        np.array([-np.inf, np.inf]),
+    ).astype(np.float32)
+    all_joints = names(mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    return ModelFacts(
+        body_names=names(mujoco.mjtObj.mjOBJ_BODY, model.nbody),
+        joint_names=tuple(all_joints[j] for j in joints),
+        actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, model.nu),
+        joint_ranges=ranges.reshape(len(joints), 2),
+        joint_qpos_adr=model.jnt_qposadr[joints].astype(np.int32),
+        joint_qvel_adr=model.jnt_dofadr[joints].astype(np.int32),
+        nq=model.nq,
+        nv=model.nv,
+        nu=model.nu,
+        physics_dt=float(model.opt.timestep),
+    )
