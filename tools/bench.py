@@ -15,16 +15,16 @@ import json
 import logging
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numba
 import numpy as np
+from bench_backends import backends_rows, bench_backends
+from bench_protocol import time_side_by_side
 
 from fuselab_env_core import synthetic
 from fuselab_env_core.numpy_runtime import NumpyTerms
@@ -33,30 +33,6 @@ from fuselab_env_core.runtime import FusedTerms
 log = logging.getLogger("bench")
 
 SCHEMA_VERSION = 1
-
-
-def time_side_by_side(
-    calls: dict[str, Callable[[], None]], warmup: int, measure: int, repeats: int
-) -> dict[str, float]:
-    """Median ms per call of each callable, calls interleaved so that they share the noise.
-
-    Each repeat alternates the callables ``measure`` times and takes each one's median; the
-    result is the median over repeats. On a shared machine this keeps ratios stable.
-    """
-    for _ in range(warmup):
-        for call in calls.values():
-            call()
-    per_repeat: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        samples: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(measure):
-            for name, call in calls.items():
-                started = time.perf_counter()
-                call()
-                samples[name].append((time.perf_counter() - started) * 1e3)
-        for name, values in samples.items():
-            per_repeat[name].append(statistics.median(values))
-    return {name: statistics.median(values) for name, values in per_repeat.items()}
 
 
 # -- core ---------------------------------------------------------------------------------------
@@ -197,7 +173,7 @@ def core_rows(r: dict) -> list[tuple[str, str, str]]:
     ]
 
 
-SUITES = {"core": (bench_core, core_rows)}
+SUITES = {"core": (bench_core, core_rows), "backends": (bench_backends, backends_rows)}
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -237,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--num-envs", type=int, default=8192)
+    parser.add_argument("--physics-envs", type=int, default=4096, help="N of physics throughput")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -247,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown suite {suite!r}; choose from {', '.join(SUITES)}")
     if args.quick:
         args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
+        args.physics_envs = 64
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -260,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "protocol": {
             "num_envs": args.num_envs,
+            "physics_envs": args.physics_envs,
             "warmup": args.warmup,
             "measure": args.measure,
             "repeats": args.repeats,

@@ -1,0 +1,134 @@
+"""Benchmark suite `backends`: the fused body copy and MuJoCo CPU physics throughput.
+
+Model: the walker of fuselab_sim_backends (7 bodies, 6 joints, position actuators) until the
+G1 of fuselab-envs lands; the copy gathers 14 body rows (each body twice).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from bench_protocol import time_side_by_side
+from mujoco import rollout
+
+from fuselab_sim_backends.mujoco_cpu import MujocoBackend
+from fuselab_sim_backends.walker import WALKER_XML
+
+COPIED_BODIES = 14
+DECIMATION = 4
+
+
+def bench_backends(args) -> dict:
+    return {
+        "copy_body_state_w": _copy(args),
+        "mujoco_physics": _physics(args),
+    }
+
+
+def _copy(args) -> dict:
+    n = args.num_envs
+    sim = MujocoBackend(WALKER_XML, n)
+    ids = np.resize(np.arange(1, len(sim.model.body_names), dtype=np.int32), COPIED_BODIES)
+    out = [np.zeros((n, COPIED_BODIES, k), np.float32) for k in (3, 4, 3, 3)]
+
+    def fused():
+        sim.copy_body_state_w(ids, *out)
+
+    def generic():
+        # What a plain backend offers: four getters of every body (new float32 arrays), then take.
+        getters = (sim._body_pos, sim._body_quat, sim._body_lin_vel, sim._body_ang_vel)
+        for buffer, raw in zip(out, getters, strict=True):
+            buffer[:] = np.take(np.asarray(raw, np.float32), ids, axis=1)
+
+    ms = time_side_by_side(
+        {"fused": fused, "generic": generic}, args.warmup, args.measure, args.repeats
+    )
+    sim.close()
+    return {
+        "num_envs": n,
+        "bodies": COPIED_BODIES,
+        "fused_ms": ms["fused"],
+        "generic_ms": ms["generic"],
+        "speedup": ms["generic"] / ms["fused"],
+        "goal": 30.0,
+    }
+
+
+def _physics(args) -> dict:
+    """Env-steps/s at 1 and all threads, and the backend's cost over a bare rollout call."""
+    n = args.physics_envs
+    backends = {threads: MujocoBackend(WALKER_XML, n, num_threads=threads) for threads in (1, 2)}
+    controls = np.zeros((n, backends[1].model.nu), np.float32)
+    for sim in backends.values():
+        sim.set_controls(controls)
+    bare = _bare_rollout(backends[2])
+    steps = max(2, args.measure // 10)
+    ms = time_side_by_side(
+        {
+            "one_thread": lambda: backends[1].step(DECIMATION),
+            "two_threads": lambda: backends[2].step(DECIMATION),
+            "bare_rollout": bare,
+        },
+        warmup=2,
+        measure=steps,
+        repeats=args.repeats,
+    )
+    for sim in backends.values():
+        sim.close()
+    return {
+        "num_envs": n,
+        "decimation": DECIMATION,
+        "env_steps_per_s_1_thread": n / (ms["one_thread"] / 1e3),
+        "env_steps_per_s_2_threads": n / (ms["two_threads"] / 1e3),
+        "thread_speedup": ms["one_thread"] / ms["two_threads"],
+        "goal_thread_speedup": 1.8,
+        "bare_rollout_ms": ms["bare_rollout"],
+        "backend_step_ms": ms["two_threads"],
+        "overhead_pct": (ms["two_threads"] / ms["bare_rollout"] - 1.0) * 100.0,
+        "goal_overhead_pct": 3.0,
+    }
+
+
+def _bare_rollout(sim: MujocoBackend):
+    """One backend step's physics as a plain mujoco.rollout call from the backend's current
+    states (read, not advanced), so both simulate the same contacts."""
+    pool = rollout.Rollout(nthread=sim.num_threads)
+    state = sim._state
+    ctrl = np.zeros((sim.num_envs, DECIMATION, sim.model.nu))
+    models = [sim._physics] * sim.num_envs
+    state_out = np.empty((sim.num_envs, DECIMATION, state.shape[1]))
+    sensor_out = np.empty((sim.num_envs, DECIMATION, sim._physics.nsensordata))
+
+    def step():
+        pool.rollout(
+            models,
+            sim._datas,
+            state,
+            ctrl,
+            skip_checks=True,
+            nstep=DECIMATION,
+            state=state_out,
+            sensordata=sensor_out,
+        )
+
+    return step
+
+
+def backends_rows(r: dict) -> list[tuple[str, str, str]]:
+    c, p = r["copy_body_state_w"], r["mujoco_physics"]
+    return [
+        (
+            f"copy_body_state_w ({c['bodies']} bodies, N={c['num_envs']}) fused vs generic",
+            f"{c['fused_ms']:.3f} vs {c['generic_ms']:.3f} ms",
+            f"{c['speedup']:.0f}x (goal >= 30x)",
+        ),
+        (
+            f"MuJoCo walker physics, N={p['num_envs']}, decimation {p['decimation']}",
+            f"{p['env_steps_per_s_1_thread']:.0f} vs {p['env_steps_per_s_2_threads']:.0f} steps/s",
+            f"1 vs 2 threads: {p['thread_speedup']:.2f}x (goal >= 1.8x)",
+        ),
+        (
+            "backend step vs bare mujoco.rollout",
+            f"{p['backend_step_ms']:.1f} vs {p['bare_rollout_ms']:.1f} ms",
+            f"{p['overhead_pct']:+.1f}% (goal <= 3%)",
+        ),
+    ]
