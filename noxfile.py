@@ -12,6 +12,7 @@ nox.options.sessions = ["test_all"]
 ROOT = Path(__file__).parent
 # Install order follows the layers: each package depends only on the ones before it.
 PACKAGES = ["env_core", "sim_backends", "envs", "rl"]
+EXTRAS = {"sim_backends": "[mjwarp,motrix]"}  # every backend is tested
 TEST_TOOLS = ["pytest>=8"]
 # One kernel cache per checkout, shared by every session and test subprocess of a run.
 CACHE_ENV = {
@@ -21,7 +22,7 @@ CACHE_ENV = {
 
 
 def install_packages(session: nox.Session, packages: list[str]) -> None:
-    session.install(*(f"./packages/{p}" for p in packages), *TEST_TOOLS)
+    session.install(*(f"./packages/{p}{EXTRAS.get(p, '')}" for p in packages), *TEST_TOOLS)
 
 
 @nox.session(name="test")
