@@ -3,9 +3,9 @@
 import mujoco
 import numpy as np
 import pytest
-from fuselab_env_core.entity import Entity
 from sim_backends_models import WALKER_XML, mujoco_body_states, random_states
 
+from fuselab_env_core.entity import Entity
 from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 
 N = 6

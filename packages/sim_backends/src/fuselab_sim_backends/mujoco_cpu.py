@@ -7,8 +7,9 @@ constraints, actuation and gravity disabled) evaluates them for the final state.
 model has sensors disabled instead, so neither pass does work the other repeats.
 
 MuJoCo rejects a non-finite control with a warning and resets that env's data, so NaN actions
-corrupt no env; the env detects and reports them itself. MuJoCo's automatic reset on a diverging state is
-disabled: such rows stay visible (non-finite) until the env resets them with :meth:`reset_envs`.
+corrupt no env; the env detects and reports them itself. MuJoCo's automatic reset of a diverging
+state is disabled: such rows stay visible (non-finite) until the env resets them with
+:meth:`reset_envs`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ G1 model of fuselab-envs is there to measure with.
 # A floating torso on two 3-joint legs, position actuators (kp 80, kv 4), on a floor.
 WALKER_XML = """
 <mujoco model="test_walker">
+  <compiler angle="radian"/>
   <option timestep="0.005"/>
   <default>
     <joint damping="0.5" armature="0.01" range="-1.2 1.2"/>

@@ -1,0 +1,366 @@
+"""The MuJoCo Warp backend: ``num_envs`` Warp worlds of one MJCF model, stepped together.
+
+One :class:`MjWarpBackend` holds one ``mujoco_warp`` Model and one Data with ``nworld =
+num_envs``, on Warp's CUDA device when there is one, else on Warp's CPU device. Every batch of
+device work (``substeps`` physics steps, a state write, a kinematics refresh) is recorded once
+into a Warp graph and replayed: Warp records graphs on its CPU device as well as on CUDA, and
+a replay costs a fraction of the Python launch overhead of the same ~100 kernels launched one by
+one.
+
+Reading the state goes through host arrays allocated once (pinned on CUDA): the device arrays
+are copied to them at most once per step, when first asked for, and the one shared host-copy
+kernel of :mod:`fuselab_sim_backends.host_copy` gathers the selected bodies from them.
+
+Two MuJoCo details this backend hides from the caller:
+
+* ``mj_step`` leaves the derived quantities (``xpos``, ``xquat``, ``cvel``, ...) at the state
+  *before* the last integration; body reads here are refreshed (kinematics, subtree centres of
+  mass, com velocities) so they always describe the current ``qpos``/``qvel``.
+* ``cvel`` is (angular; linear) with the linear part the velocity of ``subtree_com`` of the
+  body's root; the host-copy kernel moves it to the body origin.
+
+Non-finite controls are passed through as they are. MuJoCo Warp clamps the control of a
+ctrl-limited actuator with ``wp.clamp``, which turns NaN into a range bound, so such rows stay
+finite (but wrong); an unlimited actuator's NaN reaches its env's state. Either way no other
+world is touched (worlds are independent), and :meth:`MjWarpBackend.reset_envs` recovers it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mujoco
+import mujoco_warp as mjw
+import numpy as np
+import warp as wp
+
+from fuselab_env_core.backend import SimBackend, check_buffer
+from fuselab_sim_backends.host_copy import check_body_buffers, copy_body_states
+from fuselab_sim_backends.model import load_spec, model_facts
+
+__all__ = ["MjWarpBackend"]
+
+logger = logging.getLogger(__name__)
+
+# What a reset writes for the reset envs, through mujoco_warp's per-world set_state: the
+# physics state (time, qpos, qvel, activations) and the solver warm start; everything else the
+# caller set (controls, applied forces) is left as it is.
+_RESET_STATE_PARTS = (
+    mjw.State.TIME,
+    mjw.State.QPOS,
+    mjw.State.QVEL,
+    mjw.State.ACT,
+    mjw.State.WARMSTART,
+)
+
+
+def _ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
+
+
+def _resolve_device(device: str | None) -> wp.Device:
+    if device is None:
+        return wp.get_device("cuda" if wp.is_cuda_available() else "cpu")
+    if not isinstance(device, str):
+        raise TypeError(
+            f"device: expected a Warp device name such as 'cpu' or 'cuda:0', got {device!r}"
+        )
+    if device.startswith("cuda") and not wp.is_cuda_available():
+        raise ValueError(f"device: {device!r} requested but Warp finds no CUDA device; use 'cpu'")
+    try:
+        return wp.get_device(device)
+    except (ValueError, RuntimeError) as error:
+        names = [str(d) for d in wp.get_devices()]
+        raise ValueError(f"device: unknown Warp device {device!r}; available: {names}") from error
+
+
+class MjWarpBackend(SimBackend):
+    """``num_envs`` MuJoCo Warp worlds of the model ``mjcf`` (a file path or an XML string).
+
+    ``device`` is a Warp device name; by default ``'cuda'`` when Warp finds one, else ``'cpu'``.
+    Besides the :class:`SimBackend` contract it exposes ``mj_model`` (the host MuJoCo model),
+    ``device`` (the Warp device name), ``body_rootid`` and :meth:`host_body_arrays`.
+    """
+
+    def __init__(self, mjcf: str | Path, num_envs: int, device: str | None = None):
+        if (
+            isinstance(num_envs, bool)
+            or not isinstance(num_envs, (int, np.integer))
+            or num_envs < 1
+        ):
+            raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
+        self.num_envs = int(num_envs)
+        wp.init()
+        wp_device = _resolve_device(device)
+        self.device = str(wp_device)
+
+        spec = load_spec(mjcf)
+        start = time.perf_counter()
+        try:
+            mjm = spec.compile()
+        except ValueError as error:
+            raise ValueError(f"mjcf: MuJoCo could not compile the model: {error}") from None
+        self.mj_model = mjm
+        self.model = model_facts(mjm)
+        logger.info(
+            "mjwarp: compile MuJoCo model %.1f ms (nq=%d nv=%d nu=%d nbody=%d)",
+            _ms_since(start),
+            mjm.nq,
+            mjm.nv,
+            mjm.nu,
+            mjm.nbody,
+        )
+        self.body_rootid = np.ascontiguousarray(mjm.body_rootid, dtype=np.int32)
+        self.body_rootid.setflags(write=False)
+
+        with wp.ScopedDevice(wp_device):
+            start = time.perf_counter()
+            try:
+                self._m = mjw.put_model(mjm)
+            except NotImplementedError as error:
+                raise NotImplementedError(
+                    f"mjcf: MuJoCo Warp cannot simulate this model: {error}"
+                ) from error
+            logger.info("mjwarp: put_model on %s %.1f ms", self.device, _ms_since(start))
+
+            start = time.perf_counter()
+            self._d = mjw.make_data(mjm, nworld=self.num_envs)
+            logger.info(
+                "mjwarp: make_data nworld=%d %.1f ms (naconmax=%d njmax=%d)",
+                self.num_envs,
+                _ms_since(start),
+                self._d.naconmax,
+                self._d.njmax,
+            )
+
+            # Compile (or load from Warp's kernel cache) the kernels of forward dynamics, which
+            # are most of a step's, and make the derived quantities consistent with qpos0. It
+            # also loads the modules before any graph is recorded.
+            start = time.perf_counter()
+            mjw.forward(self._m, self._d)
+            wp.synchronize_device(wp_device)
+            logger.info("mjwarp: first compile (forward) %.1f ms", _ms_since(start))
+        self._wp_device = wp_device
+        self._is_cuda = wp_device.is_cuda
+        self._first_step_logged = False
+
+        d = self._d
+        n = self.num_envs
+        pinned = self._is_cuda
+
+        def host_buffer(shape: tuple[int, ...], dtype) -> tuple[wp.array, np.ndarray]:
+            """A host Warp array (pinned on CUDA, so copies can be asynchronous) and its view."""
+            host = wp.empty(shape, dtype=dtype, device="cpu", pinned=pinned)
+            return host, host.numpy()
+
+        # Host mirrors of the device arrays the reads need, refreshed at most once per step.
+        self._xpos_h, self._xpos = host_buffer(d.xpos.shape, d.xpos.dtype)
+        self._xquat_h, self._xquat = host_buffer(d.xquat.shape, d.xquat.dtype)
+        self._cvel_h, self._cvel = host_buffer(d.cvel.shape, d.cvel.dtype)
+        self._subtree_com_h, self._subtree_com = host_buffer(
+            d.subtree_com.shape, d.subtree_com.dtype
+        )
+        self._body_pairs = (
+            (self._xpos_h, d.xpos),
+            (self._xquat_h, d.xquat),
+            (self._cvel_h, d.cvel),
+            (self._subtree_com_h, d.subtree_com),
+        )
+        self._cvel_ang = self._cvel[:, :, 0:3]  # views made once: none per call
+        self._cvel_lin = self._cvel[:, :, 3:6]
+        self._qpos_h, self._qpos = host_buffer(d.qpos.shape, d.qpos.dtype)
+        self._qvel_h, self._qvel = host_buffer(d.qvel.shape, d.qvel.dtype)
+        self._ctrl_h, self._ctrl = host_buffer(d.ctrl.shape, d.ctrl.dtype)
+
+        # Reset staging: one row of mujoco_warp's concatenated state per env, and a world mask.
+        self._reset_sig = 0
+        self._reset_cols: dict[int, slice] = {}
+        col = 0
+        for part in sorted(_RESET_STATE_PARTS):  # set_state reads the parts in bit order
+            size = int(mujoco.mj_stateSize(mjm, int(part)))
+            self._reset_cols[int(part)] = slice(col, col + size)
+            self._reset_sig |= int(part)
+            col += size
+        self._state_h, self._state = host_buffer((n, col), wp.float32)
+        self._state_d = wp.zeros((n, col), dtype=wp.float32, device=wp_device)
+        self._mask_h, self._mask = host_buffer((n,), wp.bool)
+        self._mask_d = wp.zeros(n, dtype=wp.bool, device=wp_device)
+        self._qpos_cols = self._reset_cols[int(mjw.State.QPOS)]
+        self._qvel_cols = self._reset_cols[int(mjw.State.QVEL)]
+
+        self._graphs: dict[object, wp.Graph] = {}
+        self._kinematics_stale = False  # forward just ran
+        self._body_host_stale = True
+        self._state_host_stale = True
+
+    # -- device work, each batch recorded once into a Warp graph -------------------------------
+
+    def _launch(self, key: object, record: Callable[[], None]) -> None:
+        graph = self._graphs.get(key)
+        if graph is None:
+            with wp.ScopedDevice(self._wp_device), wp.ScopedCapture(device=self._wp_device) as cap:
+                record()
+            if cap.graph is None:
+                raise RuntimeError(f"mjwarp: Warp recorded no graph for {key!r}")
+            graph = self._graphs[key] = cap.graph
+        wp.capture_launch(graph)
+
+    def _record_steps(self, substeps: int) -> None:
+        for _ in range(substeps):
+            mjw.step(self._m, self._d)
+
+    def _record_reset(self) -> None:
+        state, sig, mask = self._state_d, self._reset_sig, self._mask_d
+        mjw.set_state(self._m, self._d, state, sig, active=mask)  # pyright: ignore[reportArgumentType]
+
+    def _record_kinematics(self) -> None:
+        # What the body reads need, for the current qpos/qvel: poses, subtree centres of mass
+        # (with cdof), com-based velocities. The next step recomputes all of it anyway.
+        mjw.kinematics(self._m, self._d)
+        mjw.com_pos(self._m, self._d)
+        mjw.com_vel(self._m, self._d)
+
+    def _wait_for_device(self) -> None:
+        # Copies between pinned host memory and a CUDA device are asynchronous.
+        if self._is_cuda:
+            wp.synchronize_device(self._wp_device)
+
+    # -- the contract ---------------------------------------------------------------------------
+
+    def set_controls(self, controls: np.ndarray) -> None:
+        check_buffer("controls", controls, (self.num_envs, self.model.nu))
+        if self.model.nu == 0:
+            return
+        self._wait_for_device()  # the staging buffer may still feed the previous copy
+        np.copyto(self._ctrl, controls)
+        wp.copy(self._d.ctrl, self._ctrl_h)
+
+    def step(self, substeps: int) -> None:
+        if (
+            isinstance(substeps, bool)
+            or not isinstance(substeps, (int, np.integer))
+            or substeps < 1
+        ):
+            raise ValueError(f"substeps: expected a positive int, got {substeps!r}")
+        substeps = int(substeps)
+        first = not self._first_step_logged
+        start = time.perf_counter()
+        self._launch(("step", substeps), lambda: self._record_steps(substeps))
+        if first:
+            self._wait_for_device()
+            self._first_step_logged = True
+            logger.info(
+                "mjwarp: first step (%d substeps: integrator compile, graph recording) %.1f ms",
+                substeps,
+                _ms_since(start),
+            )
+        self._kinematics_stale = True
+        self._body_host_stale = True
+        self._state_host_stale = True
+
+    def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        ids = self._check_env_ids(env_ids)
+        check_buffer("qpos", qpos, (ids.shape[0], self.model.nq))
+        check_buffer("qvel", qvel, (ids.shape[0], self.model.nv))
+        for name, array in (("qpos", qpos), ("qvel", qvel)):
+            if not np.isfinite(array).all():
+                bad = np.flatnonzero(~np.isfinite(array).all(axis=1))
+                raise ValueError(
+                    f"{name}: expected finite values; rows {bad} (env ids {ids[bad]}) are not"
+                )
+        if ids.shape[0] == 0:
+            return
+        self._wait_for_device()
+        self._mask[:] = False
+        self._mask[ids] = True
+        self._state[ids] = 0.0  # time, activations, warm start
+        self._state[ids, self._qpos_cols] = qpos
+        self._state[ids, self._qvel_cols] = qvel
+        wp.copy(self._mask_d, self._mask_h)
+        wp.copy(self._state_d, self._state_h)
+        self._launch("reset", self._record_reset)
+        # Kinematics for the new state run lazily, with the first body read after this.
+        self._kinematics_stale = True
+        self._body_host_stale = True
+        self._state_host_stale = True
+
+    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
+        check_buffer("out_qpos", out_qpos, (self.num_envs, self.model.nq))
+        check_buffer("out_qvel", out_qvel, (self.num_envs, self.model.nv))
+        if self._state_host_stale:
+            wp.copy(self._qpos_h, self._d.qpos)
+            wp.copy(self._qvel_h, self._d.qvel)
+            self._wait_for_device()
+            self._state_host_stale = False
+        np.copyto(out_qpos, self._qpos)
+        np.copyto(out_qvel, self._qvel)
+
+    def copy_body_state_w(
+        self,
+        body_ids: np.ndarray,
+        out_pos: np.ndarray,
+        out_quat: np.ndarray,
+        out_lin_vel: np.ndarray,
+        out_ang_vel: np.ndarray,
+    ) -> None:
+        check_body_buffers(
+            self.num_envs,
+            body_ids,
+            self.mj_model.nbody,
+            out_pos,
+            out_quat,
+            out_lin_vel,
+            out_ang_vel,
+        )
+        self._sync_body_host()
+        copy_body_states(
+            body_ids,
+            self._xpos,
+            self._xquat,
+            self._cvel_ang,
+            self._cvel_lin,
+            self._subtree_com,
+            self.body_rootid,
+            out_pos,
+            out_quat,
+            out_lin_vel,
+            out_ang_vel,
+        )
+
+    # -- beyond the contract --------------------------------------------------------------------
+
+    def host_body_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The current host copies (xpos, xquat, cvel, subtree_com), float32, each
+        (num_envs, nbody, 3|4|6|3) in MuJoCo's layout. Views into buffers this backend reuses:
+        valid until its next step or reset; copy them to keep them."""
+        self._sync_body_host()
+        return self._xpos, self._xquat, self._cvel, self._subtree_com
+
+    def _sync_body_host(self) -> None:
+        if not self._body_host_stale:
+            return
+        if self._kinematics_stale:
+            self._launch("kinematics", self._record_kinematics)
+            self._kinematics_stale = False
+        for host, dev in self._body_pairs:
+            wp.copy(host, dev)
+        self._wait_for_device()
+        self._body_host_stale = False
+
+    def _check_env_ids(self, env_ids: object) -> np.ndarray:
+        if (
+            not isinstance(env_ids, np.ndarray)
+            or env_ids.ndim != 1
+            or not np.issubdtype(env_ids.dtype, np.integer)
+        ):
+            raise TypeError(f"env_ids: expected a 1-D integer numpy array, got {env_ids!r}")
+        if env_ids.size == 0:
+            return env_ids
+        if env_ids.min() < 0 or env_ids.max() >= self.num_envs:
+            raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
+        if np.unique(env_ids).size != env_ids.size:
+            raise ValueError(f"env_ids: expected distinct ids, got {env_ids}")
+        return env_ids
