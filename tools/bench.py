@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--num-envs", type=int, default=8192)
     parser.add_argument("--physics-envs", type=int, default=4096, help="N of physics throughput")
+    parser.add_argument("--warp-envs", type=int, default=256, help="N of MuJoCo Warp throughput")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown suite {suite!r}; choose from {', '.join(SUITES)}")
     if args.quick:
         args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
-        args.physics_envs = 64
+        args.physics_envs, args.warp_envs = 64, 8
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -239,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         "protocol": {
             "num_envs": args.num_envs,
             "physics_envs": args.physics_envs,
+            "warp_envs": args.warp_envs,
             "warmup": args.warmup,
             "measure": args.measure,
             "repeats": args.repeats,

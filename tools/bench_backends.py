@@ -21,6 +21,7 @@ def bench_backends(args) -> dict:
     return {
         "copy_body_state_w": _copy(args),
         "mujoco_physics": _physics(args),
+        "mjwarp_physics": _warp(args),
     }
 
 
@@ -88,6 +89,29 @@ def _physics(args) -> dict:
     }
 
 
+def _warp(args) -> dict:
+    """MuJoCo Warp env-steps/s on its default device (Warp's CPU device on a machine without
+    CUDA, where it is the slow backend: sized to finish in well under a minute)."""
+    from fuselab_sim_backends.mjwarp import MjWarpBackend
+
+    n = args.warp_envs
+    sim = MjWarpBackend(WALKER_XML, n)
+    sim.set_controls(np.zeros((n, sim.model.nu), np.float32))
+    ms = time_side_by_side(
+        {"step": lambda: sim.step(DECIMATION)},
+        warmup=2,
+        measure=max(2, args.measure // 10),
+        repeats=args.repeats,
+    )
+    return {
+        "num_envs": n,
+        "device": str(sim.device),
+        "decimation": DECIMATION,
+        "step_ms": ms["step"],
+        "env_steps_per_s": n / (ms["step"] / 1e3),
+    }
+
+
 def _bare_rollout(sim: MujocoBackend):
     """One backend step's physics as a plain mujoco.rollout call from the backend's current
     states (read, not advanced), so both simulate the same contacts."""
@@ -114,7 +138,7 @@ def _bare_rollout(sim: MujocoBackend):
 
 
 def backends_rows(r: dict) -> list[tuple[str, str, str]]:
-    c, p = r["copy_body_state_w"], r["mujoco_physics"]
+    c, p, w = r["copy_body_state_w"], r["mujoco_physics"], r["mjwarp_physics"]
     return [
         (
             f"copy_body_state_w ({c['bodies']} bodies, N={c['num_envs']}) fused vs generic",
@@ -130,5 +154,10 @@ def backends_rows(r: dict) -> list[tuple[str, str, str]]:
             "backend step vs bare mujoco.rollout",
             f"{p['backend_step_ms']:.1f} vs {p['bare_rollout_ms']:.1f} ms",
             f"{p['overhead_pct']:+.1f}% (goal <= 3%)",
+        ),
+        (
+            f"MuJoCo Warp walker physics, N={w['num_envs']}, {w['device']}",
+            f"{w['env_steps_per_s']:.0f} steps/s",
+            f"{w['step_ms']:.1f} ms per step of {w['decimation']} substeps (report)",
         ),
     ]
