@@ -17,7 +17,7 @@ def random_states(model, num_envs, rng):
             low, high = model.jnt_range[j]
             qpos[:, model.jnt_qposadr[j]] = rng.uniform(low, high, num_envs)
     qvel = rng.normal(0, 1.0, (num_envs, model.nv))
-    return qpos, qvel
+    return qpos.astype(np.float32), qvel.astype(np.float32)
 
 
 def mujoco_body_states(model, qpos, qvel):

@@ -113,7 +113,8 @@ def test_nan_controls_touch_no_other_env_and_reset_recovers(backend, model):
     np.testing.assert_array_equal(got[1][others], want[1][others])
     # MuJoCo rejects a non-finite control with a warning and resets that env: it stays finite.
     assert np.isfinite(got[0][2]).all() and np.isfinite(got[1][2]).all()
-    backend.reset_envs(np.array([2]), model.qpos0[None], np.zeros((1, model.nv)))
+    qpos0 = model.qpos0[None].astype(np.float32)
+    backend.reset_envs(np.array([2]), qpos0, np.zeros((1, model.nv), np.float32))
     backend.copy_qpos_qvel(*got)
     np.testing.assert_allclose(got[0][2], model.qpos0, atol=1e-6)
     np.testing.assert_array_equal(got[0][others], want[0][others])
@@ -131,7 +132,9 @@ def test_bad_input_names_the_field(backend, model):
     with pytest.raises(ValueError, match="substeps: expected a positive int, got 0"):
         backend.step(0)
     with pytest.raises(ValueError, match=r"env_ids: expected ids in 0..5"):
-        backend.reset_envs(np.array([7]), model.qpos0[None], np.zeros((1, model.nv)))
+        backend.reset_envs(
+            np.array([7]), model.qpos0[None].astype(np.float32), np.zeros((1, model.nv), np.float32)
+        )
     with pytest.raises(FileNotFoundError, match="mjcf: no MJCF file at '/nonexistent/robot.xml'"):
         MujocoBackend("/nonexistent/robot.xml", 2)
     with pytest.raises(ValueError, match="mjcf: MuJoCo could not parse the MJCF string"):

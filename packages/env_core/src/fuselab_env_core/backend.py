@@ -53,8 +53,8 @@ class SimBackend(abc.ABC):
 
     @abc.abstractmethod
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
-        """Set envs ``env_ids`` to (len, nq) ``qpos`` and (len, nv) ``qvel``, zero their
-        controls' effect history, and run forward kinematics so reads are consistent at once."""
+        """Set envs ``env_ids`` to float32 (len, nq) ``qpos`` and (len, nv) ``qvel``, clear their
+        solver history, and run forward kinematics so reads are consistent at once."""
 
     @abc.abstractmethod
     def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:

@@ -98,7 +98,8 @@ class MujocoBackend(SimBackend):
         self._body_rows = np.arange(m.nbody, dtype=np.int32)
 
         everyone = np.arange(n)
-        self.reset_envs(everyone, np.tile(m.qpos0, (n, 1)), np.zeros((n, m.nv)))
+        qpos0 = np.tile(m.qpos0, (n, 1)).astype(np.float32)
+        self.reset_envs(everyone, qpos0, np.zeros((n, m.nv), np.float32))
         log.info(
             "MuJoCo backend ready: %d envs, %d threads, nq %d, nv %d, nu %d, dt %g s (%.1f ms)",
             n,
@@ -130,11 +131,8 @@ class MujocoBackend(SimBackend):
             raise TypeError(f"env_ids: expected a 1-D integer array, got {env_ids!r}")
         if count and (env_ids.min() < 0 or env_ids.max() >= self.num_envs):
             raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
-        if np.shape(qpos) != (count, self.model.nq) or np.shape(qvel) != (count, self.model.nv):
-            raise ValueError(
-                f"qpos, qvel: expected shapes {(count, self.model.nq)} and "
-                f"{(count, self.model.nv)}, got {np.shape(qpos)} and {np.shape(qvel)}"
-            )
+        check_buffer("qpos", qpos, (count, self.model.nq))
+        check_buffer("qvel", qvel, (count, self.model.nv))
         m, d = self._physics, self._datas[0]
         for k, env in enumerate(env_ids):
             mujoco.mj_resetData(m, d)
