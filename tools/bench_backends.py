@@ -1,19 +1,24 @@
-"""Benchmark suite `backends`: the fused body copy and MuJoCo CPU physics throughput.
-
-Model: the walker of fuselab_sim_backends (7 bodies, 6 joints, position actuators) until the
-G1 of fuselab-envs lands; the copy gathers 14 body rows (each body twice).
+"""Benchmark suite `backends`: the fused body copy and physics throughput, on the project's G1
+(position control from the standing keyframe) with the 14 bodies motion tracking follows.
 """
 
 from __future__ import annotations
 
+import mujoco
 import numpy as np
 from bench_protocol import time_side_by_side
 from mujoco import rollout
 
+from fuselab_env_core.entity import Entity
+from fuselab_envs.g1 import G1_XML_PATH
 from fuselab_sim_backends.mujoco_cpu import MujocoBackend
-from fuselab_sim_backends.walker import WALKER_XML
 
-COPIED_BODIES = 14
+TRACKED_BODIES = (
+    "pelvis", "left_hip_roll_link", "left_knee_link", "left_ankle_roll_link", "right_hip_roll_link",
+    "right_knee_link", "right_ankle_roll_link", "torso_link", "left_shoulder_roll_link",
+    "left_elbow_link", "left_wrist_yaw_link", "right_shoulder_roll_link", "right_elbow_link",
+    "right_wrist_yaw_link",
+)  # fmt: skip
 DECIMATION = 4
 
 
@@ -27,9 +32,9 @@ def bench_backends(args) -> dict:
 
 def _copy(args) -> dict:
     n = args.num_envs
-    sim = MujocoBackend(WALKER_XML, n)
-    ids = np.resize(np.arange(1, len(sim.model.body_names), dtype=np.int32), COPIED_BODIES)
-    out = [np.zeros((n, COPIED_BODIES, k), np.float32) for k in (3, 4, 3, 3)]
+    sim = MujocoBackend(G1_XML_PATH, n)
+    ids = Entity(sim, TRACKED_BODIES).body_ids
+    out = [np.zeros((n, len(ids), k), np.float32) for k in (3, 4, 3, 3)]
 
     def fused():
         sim.copy_body_state_w(ids, *out)
@@ -46,7 +51,7 @@ def _copy(args) -> dict:
     sim.close()
     return {
         "num_envs": n,
-        "bodies": COPIED_BODIES,
+        "bodies": len(ids),
         "fused_ms": ms["fused"],
         "generic_ms": ms["generic"],
         "speedup": ms["generic"] / ms["fused"],
@@ -57,10 +62,9 @@ def _copy(args) -> dict:
 def _physics(args) -> dict:
     """Env-steps/s at 1 and all threads, and the backend's cost over a bare rollout call."""
     n = args.physics_envs
-    backends = {threads: MujocoBackend(WALKER_XML, n, num_threads=threads) for threads in (1, 2)}
-    controls = np.zeros((n, backends[1].model.nu), np.float32)
+    backends = {threads: MujocoBackend(G1_XML_PATH, n, num_threads=threads) for threads in (1, 2)}
     for sim in backends.values():
-        sim.set_controls(controls)
+        _stand(sim)
     bare = _bare_rollout(backends[2])
     steps = max(2, args.measure // 10)
     ms = time_side_by_side(
@@ -95,8 +99,8 @@ def _warp(args) -> dict:
     from fuselab_sim_backends.mjwarp import MjWarpBackend
 
     n = args.warp_envs
-    sim = MjWarpBackend(WALKER_XML, n)
-    sim.set_controls(np.zeros((n, sim.model.nu), np.float32))
+    sim = MjWarpBackend(G1_XML_PATH, n)
+    _stand(sim)
     ms = time_side_by_side(
         {"step": lambda: sim.step(DECIMATION)},
         warmup=2,
@@ -112,12 +116,21 @@ def _warp(args) -> dict:
     }
 
 
+def _stand(sim) -> None:
+    """All envs at the standing keyframe, position targets holding it."""
+    key = mujoco.MjModel.from_xml_path(str(G1_XML_PATH)).key("knees_bent")
+    n = sim.num_envs
+    qpos = np.tile(key.qpos, (n, 1)).astype(np.float32)
+    sim.reset_envs(np.arange(n), qpos, np.zeros((n, sim.model.nv), np.float32))
+    sim.set_controls(np.tile(key.ctrl, (n, 1)).astype(np.float32))
+
+
 def _bare_rollout(sim: MujocoBackend):
     """One backend step's physics as a plain mujoco.rollout call from the backend's current
     states (read, not advanced), so both simulate the same contacts."""
     pool = rollout.Rollout(nthread=sim.num_threads)
     state = sim._state
-    ctrl = np.zeros((sim.num_envs, DECIMATION, sim.model.nu))
+    ctrl = np.repeat(sim._ctrl[:, None, :], DECIMATION, axis=1)
     models = [sim._physics] * sim.num_envs
     state_out = np.empty((sim.num_envs, DECIMATION, state.shape[1]))
     sensor_out = np.empty((sim.num_envs, DECIMATION, sim._physics.nsensordata))
@@ -146,7 +159,7 @@ def backends_rows(r: dict) -> list[tuple[str, str, str]]:
             f"{c['speedup']:.0f}x (goal >= 30x)",
         ),
         (
-            f"MuJoCo walker physics, N={p['num_envs']}, decimation {p['decimation']}",
+            f"MuJoCo G1 physics, N={p['num_envs']}, decimation {p['decimation']}",
             f"{p['env_steps_per_s_1_thread']:.0f} vs {p['env_steps_per_s_2_threads']:.0f} steps/s",
             f"1 vs 2 threads: {p['thread_speedup']:.2f}x (goal >= 1.8x)",
         ),
@@ -156,7 +169,7 @@ def backends_rows(r: dict) -> list[tuple[str, str, str]]:
             f"{p['overhead_pct']:+.1f}% (goal <= 3%)",
         ),
         (
-            f"MuJoCo Warp walker physics, N={w['num_envs']}, {w['device']}",
+            f"MuJoCo Warp G1 physics, N={w['num_envs']}, {w['device']}",
             f"{w['env_steps_per_s']:.0f} steps/s",
             f"{w['step_ms']:.1f} ms per step of {w['decimation']} substeps (report)",
         ),

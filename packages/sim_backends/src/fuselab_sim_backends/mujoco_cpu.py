@@ -38,13 +38,18 @@ BODY_SENSORS = (
 SENSOR_WIDTH = 13  # 3 + 4 + 3 + 3 per body
 STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
 _D = mujoco.mjtDisableBit
+# Everything a zero-length step would compute beyond positions, velocities and sensors.
 KINEMATICS_ONLY = (
     _D.mjDSBL_CONTACT
     | _D.mjDSBL_CONSTRAINT
+    | _D.mjDSBL_EQUALITY
+    | _D.mjDSBL_LIMIT
+    | _D.mjDSBL_FRICTIONLOSS
     | _D.mjDSBL_ACTUATION
     | _D.mjDSBL_GRAVITY
     | _D.mjDSBL_SPRING
     | _D.mjDSBL_DAMPER
+    | _D.mjDSBL_EULERDAMP
     | _D.mjDSBL_WARMSTART
 )
 
@@ -71,6 +76,7 @@ class MujocoBackend(SimBackend):
         self._physics.opt.disableflags |= int(_D.mjDSBL_SENSOR | _D.mjDSBL_AUTORESET)
         self._kinematics = spec.compile()
         self._kinematics.opt.timestep = 0.0
+        self._kinematics.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER  # the cheapest
         self._kinematics.opt.disableflags |= int(KINEMATICS_ONLY | _D.mjDSBL_AUTORESET)
         log.info("compile model with body sensors: %.1f ms", (time.perf_counter() - started) * 1e3)
 
