@@ -1,0 +1,143 @@
+"""FusedEnv on the MuJoCo backend: resets, terminal observations, time-outs, NaN action rows."""
+
+import mujoco
+import numpy as np
+import pytest
+
+from fuselab_env_core.entity import Entity
+from fuselab_env_core.env import FusedEnv
+from fuselab_env_core.terms import observation, reward, termination
+from fuselab_sim_backends.mujoco_cpu import MujocoBackend
+from fuselab_sim_backends.walker import WALKER_XML
+
+N = 8
+
+
+@reward(name="walker_upright")
+def upright(i, body_quat_w):
+    x, y = body_quat_w[i, 0, 1], body_quat_w[i, 0, 2]
+    return 1.0 - 2.0 * (x * x + y * y)  # z component of the torso's z axis
+
+
+@termination(name="walker_fell")
+def fell(i, body_pos_w, min_height_m: float = 0.4):
+    return body_pos_w[i, 0, 2] < min_height_m
+
+
+@observation(size=1, name="walker_height")
+def height(i, out, col, body_pos_w):
+    out[i, col] = body_pos_w[i, 0, 2]
+
+
+@observation(size=lambda shapes, params: shapes["joint_pos"][0], name="walker_joint_pos")
+def joint_pos(i, out, col, joint_pos):
+    for j in range(joint_pos.shape[1]):
+        out[i, col + j] = joint_pos[i, j]
+
+
+TERMS = {
+    "rewards": {"upright": {"term": "walker_upright", "weight": 1.0}},
+    "terminations": {
+        "fell": {"term": "walker_fell"},
+        "time_out": {"term": "time_out", "time_out": True},
+    },
+    "observations": {
+        "actor": {
+            "terms": {"height": {"term": "walker_height"}, "joints": {"term": "walker_joint_pos"}}
+        }
+    },
+}
+
+
+class WalkerStand(FusedEnv):
+    def __init__(self, episode_length_s=1.0, min_height_m=0.4, **kwargs):
+        backend = MujocoBackend(WALKER_XML, N, num_threads=2)
+        self.model = mujoco.MjModel.from_xml_string(WALKER_XML)
+        terms = {**TERMS, "terminations": {**TERMS["terminations"]}}
+        terms["terminations"]["fell"] = {
+            "term": "walker_fell",
+            "params": {"min_height_m": min_height_m},
+        }
+        nu = backend.model.nu
+        super().__init__(
+            backend,
+            Entity(backend, ["torso"]),
+            terms,
+            decimation=4,
+            episode_length_s=episode_length_s,
+            default_controls=np.zeros(nu),
+            action_scale=np.full(nu, 0.5),
+            **kwargs,
+        )
+
+    def reset_state(self, env_ids):
+        qpos = np.tile(self.model.qpos0, (len(env_ids), 1))
+        qpos[:, 7:] += self.rng.uniform(-0.1, 0.1, (len(env_ids), self.model.nq - 7))
+        return qpos.astype(np.float32), np.zeros((len(env_ids), self.model.nv), np.float32)
+
+
+def test_200_random_steps_reset_and_keep_shapes():
+    env = WalkerStand(episode_length_s=0.5)
+    rng = np.random.default_rng(0)
+    resets = 0
+    for _ in range(200):
+        result = env.step(rng.uniform(-1, 1, (N, 6)).astype(np.float32))
+        assert result.obs["actor"].shape == (N, 7) and result.obs["actor"].dtype == np.float32
+        assert result.reward.shape == (N,) and result.terminated.dtype == np.bool_
+        assert np.isfinite(result.obs["actor"]).all() and np.isfinite(result.reward).all()
+        resets += len(result.info["reset_envs"])
+    assert resets >= N * 200 // 25 - N  # every env times out every 25 steps at least
+
+
+def test_time_outs_are_truncations_and_reset_rows_get_fresh_observations():
+    env = WalkerStand(episode_length_s=0.2, min_height_m=0.0)  # 10 steps, nobody can fall
+    zeros = np.zeros((N, 6), np.float32)
+    for step in range(1, 11):
+        result = env.step(zeros)
+        if step < 10:
+            assert not result.truncated.any() and not result.terminated.any()
+    assert result.truncated.all() and not result.terminated.any()
+    assert set(result.info["reset_envs"]) == set(range(N))
+    heights = result.obs["actor"][:, 0]
+    np.testing.assert_allclose(heights, env.model.qpos0[2], atol=1e-6)  # the reset pose
+    terminal = result.info["terminal_obs"]["actor"][:, 0]
+    assert np.all(terminal < env.model.qpos0[2] - 1e-3)  # where each episode ended, settled lower
+    assert (env.episode_step == 0).all()
+
+
+def test_failures_end_episodes_and_are_counted():
+    env = WalkerStand(episode_length_s=10.0, min_height_m=0.73)  # the walker settles below
+    failed = np.zeros(N, bool)
+    for _ in range(20):
+        result = env.step(np.zeros((N, 6), np.float32))
+        failed |= result.terminated
+        assert not result.truncated.any()
+    assert failed.all()
+    assert "fell" in result.info["terminations"] and "upright" in result.info["reward_terms"]
+
+
+def test_non_finite_action_rows_are_reported_and_reset_alone():
+    env = WalkerStand(episode_length_s=10.0, min_height_m=0.0)
+    actions = np.zeros((N, 6), np.float32)
+    env.step(actions)
+    actions[3, 2] = np.nan
+    result = env.step(actions)
+    assert list(result.info["non_finite_actions"]) == [3]
+    assert result.terminated[3] and not result.terminated[[0, 1, 2, 4, 5, 6, 7]].any()
+    assert list(result.info["reset_envs"]) == [3]
+    assert np.isfinite(result.obs["actor"]).all()
+
+
+def test_bad_actions_and_misconfigured_time_out_are_named():
+    env = WalkerStand()
+    with pytest.raises(ValueError, match=r"actions: expected an array of shape \(8, 6\)"):
+        env.step(np.zeros((N, 5), np.float32))
+    bad = {**TERMS, "terminations": {"time_out": {"term": "time_out"}}}
+    backend = MujocoBackend(WALKER_XML, N)
+    with pytest.raises(
+        ValueError, match="terminations.time_out: the time_out term is a truncation"
+    ):
+        FusedEnv(
+            backend, Entity(backend, ["torso"]), bad, decimation=4, episode_length_s=1.0,
+            default_controls=np.zeros(6), action_scale=np.ones(6),
+        )  # fmt: skip
