@@ -4,13 +4,12 @@
 
 from __future__ import annotations
 
-import mujoco
 import numpy as np
 from bench_protocol import time_side_by_side
 from mujoco import rollout
 
 from fuselab_env_core.entity import Entity
-from fuselab_envs.g1 import G1_XML_PATH
+from fuselab_envs.g1 import DEFAULT_JOINT_POS, G1_XML_PATH, STANDING_PELVIS_HEIGHT
 from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 
 TRACKED_BODIES = (
@@ -118,11 +117,13 @@ def _warp(args) -> dict:
 
 def _stand(sim) -> None:
     """All envs at the standing keyframe, position targets holding it."""
-    key = mujoco.MjModel.from_xml_path(str(G1_XML_PATH)).key("knees_bent")
-    n = sim.num_envs
-    qpos = np.tile(key.qpos, (n, 1)).astype(np.float32)
-    sim.reset_envs(np.arange(n), qpos, np.zeros((n, sim.model.nv), np.float32))
-    sim.set_controls(np.tile(key.ctrl, (n, 1)).astype(np.float32))
+    n, facts = sim.num_envs, sim.model
+    pose = np.array([DEFAULT_JOINT_POS[name] for name in facts.joint_names], np.float32)
+    qpos = np.zeros((n, facts.nq), np.float32)
+    qpos[:, 2], qpos[:, 3] = STANDING_PELVIS_HEIGHT, 1.0
+    qpos[:, facts.joint_qpos_adr] = pose
+    sim.reset_envs(np.arange(n), qpos, np.zeros((n, facts.nv), np.float32))
+    sim.set_controls(np.tile(pose, (n, 1)))  # actuators follow the joint order
 
 
 def _bare_rollout(sim: MujocoBackend):
