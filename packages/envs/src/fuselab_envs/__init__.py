@@ -1,5 +1,9 @@
-"""fuselab-envs: see the package README; the implementation lands with its issue."""
+"""fuselab-envs: the Unitree G1 model and fuselab's tasks (G1WalkFlat), configured by Hydra."""
 
 from importlib.metadata import version
 
+from fuselab_envs.registry import compose, list_tasks, make
+
 __version__ = version("fuselab-envs")
+
+__all__ = ["compose", "list_tasks", "make"]

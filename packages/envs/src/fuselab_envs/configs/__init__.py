@@ -1,0 +1,1 @@
+"""Hydra configuration of fuselab's tasks (config.yaml and the task/ group)."""

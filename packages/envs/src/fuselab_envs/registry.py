@@ -1,0 +1,131 @@
+"""The task registry: compose a task's Hydra config with overrides, then build its env.
+
+env = fuselab_envs.make("g1_walk_flat", num_envs=256, backend="mjwarp")
+cfg = fuselab_envs.compose("g1_walk_flat", ["rewards.track_lin_vel.weight=1.5"])
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+
+from fuselab_env_core.backend import SimBackend
+
+log = logging.getLogger(__name__)
+
+CONFIG_MODULE = "fuselab_envs.configs"
+BACKENDS = ("mujoco", "mjwarp", "motrix")
+
+
+def _g1_walk_flat(cfg: DictConfig, backend: SimBackend):
+    from fuselab_envs.tasks.g1_walk_flat import CommandCfg, EventCfg, G1WalkFlat
+
+    terms = {
+        section: OmegaConf.to_container(cfg[section], resolve=True)
+        for section in ("preamble", "rewards", "terminations", "observations")
+    }
+    commands = OmegaConf.to_container(cfg.commands, resolve=True)
+    return G1WalkFlat(
+        backend,
+        terms,  # type: ignore[arg-type]
+        commands=CommandCfg(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in commands.items()}
+        ),  # type: ignore[union-attr]
+        events=EventCfg(**OmegaConf.to_container(cfg.events, resolve=True)),  # type: ignore[arg-type]
+        decimation=cfg.env.decimation,
+        episode_length_s=cfg.env.episode_length_s,
+        num_threads=cfg.num_threads,
+        seed=cfg.seed,
+    )
+
+
+TASKS: dict[str, Callable[[DictConfig, SimBackend], Any]] = {"g1_walk_flat": _g1_walk_flat}
+
+
+def list_tasks() -> list[str]:
+    return sorted(TASKS)
+
+
+def compose(task: str, overrides: Sequence[str] = ()) -> DictConfig:
+    """The task's config with Hydra command-line style overrides applied."""
+    if task not in TASKS:
+        close = difflib.get_close_matches(task, TASKS, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise KeyError(f"task: unknown task {task!r}; {hint}known tasks: {', '.join(list_tasks())}")
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
+        try:
+            cfg = hydra_compose("config", overrides=[f"task={task}", *overrides])
+        except MissingConfigException as error:
+            raise FileNotFoundError(f"config: {error}") from None
+        except ConfigCompositionException as error:
+            base = hydra_compose("config", overrides=[f"task={task}"])
+            raise KeyError(_explain_override(error, overrides, base)) from None
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def make(task: str, overrides: Sequence[str] = (), **values: Any):
+    """Build the env of ``task``; ``values`` are overrides too (``num_envs=256``)."""
+    started = time.perf_counter()
+    cfg = compose(task, [*overrides, *(f"{key}={_hydra_value(v)}" for key, v in values.items())])
+    backend = make_backend(cfg)
+    env = TASKS[task](cfg, backend)
+    log.info("make %s on %s: %.1f ms", task, cfg.backend, (time.perf_counter() - started) * 1e3)
+    return env
+
+
+def make_backend(cfg: DictConfig) -> SimBackend:
+    from fuselab_envs.g1 import G1_XML_PATH
+
+    mjcf = Path(cfg.robot.mjcf) if cfg.robot.mjcf else G1_XML_PATH
+    if cfg.backend == "mujoco":
+        from fuselab_sim_backends.mujoco_cpu import MujocoBackend
+
+        return MujocoBackend(mjcf, cfg.num_envs, num_threads=cfg.num_threads)
+    if cfg.backend == "mjwarp":
+        from fuselab_sim_backends.mjwarp import MjWarpBackend
+
+        return MjWarpBackend(mjcf, cfg.num_envs)
+    if cfg.backend == "motrix":
+        from fuselab_sim_backends.motrix import MotrixBackend
+
+        return MotrixBackend(mjcf, cfg.num_envs)
+    raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
+
+
+def _explain_override(error: Exception, overrides: Sequence[str], base: DictConfig) -> str:
+    """Name the override whose key does not exist and the nearest valid keys."""
+    valid = _dotted_keys(OmegaConf.to_container(base))
+    for override in overrides:
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key not in valid and not key.startswith("task"):
+            close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+            hint = f"nearest valid keys: {', '.join(close)}" if close else "no similar key"
+            return f"override {override!r}: no key {key!r} in the config; {hint}"
+    return f"overrides {list(overrides)}: {error}"
+
+
+def _dotted_keys(node: Any, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict):
+        return [prefix] if prefix else []
+    keys = [prefix] if prefix else []
+    for key, value in node.items():
+        keys += _dotted_keys(value, f"{prefix}.{key}" if prefix else str(key))
+    return keys
+
+
+def _hydra_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)

@@ -1,0 +1,177 @@
+"""G1WalkFlat: the G1 follows body-frame velocity commands (vx, vy, wz) on flat ground.
+
+Commands are sampled per env and resampled every ``resample_s`` (a ``standing_fraction`` of them
+zero); resets put the robot in its standing pose with random yaw and joint noise; optional
+pushes kick the base velocity every ``push_interval_s``. Every reward, termination and
+observation runs in the fused kernel; the task's Python touches whole arrays only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import fuselab_envs.terms.common  # noqa: F401 - registers the terms the config names
+import fuselab_envs.terms.velocity  # noqa: F401
+from fuselab_env_core.backend import SimBackend
+from fuselab_env_core.entity import Entity
+from fuselab_env_core.env import FusedEnv
+from fuselab_envs.g1 import ACTION_SCALE, DEFAULT_JOINT_POS, STANDING_PELVIS_HEIGHT
+
+log = logging.getLogger(__name__)
+
+BODIES = ("pelvis", "torso_link", "left_ankle_roll_link", "right_ankle_roll_link")
+SOFT_LIMIT_FRACTION = 0.9  # joint_pos_limits penalizes the outer 10% of each range
+
+
+@dataclass
+class CommandCfg:
+    resample_s: float = 4.0
+    standing_fraction: float = 0.1
+    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
+    lin_vel_y: tuple[float, float] = (-0.5, 0.5)
+    ang_vel_z: tuple[float, float] = (-1.0, 1.0)
+
+
+@dataclass
+class EventCfg:
+    joint_noise_rad: float = 0.1
+    push_interval_s: float | None = None
+    push_speed_mps: float = 0.5
+
+
+class G1WalkFlat(FusedEnv):
+    def __init__(
+        self,
+        backend: SimBackend,
+        terms: Mapping[str, Any],
+        *,
+        commands: CommandCfg | None = None,
+        events: EventCfg | None = None,
+        decimation: int = 4,
+        episode_length_s: float = 20.0,
+        num_threads: int | None = None,
+        seed: int = 0,
+    ):
+        facts, n = backend.model, backend.num_envs
+        if tuple(a + "_joint" for a in facts.actuator_names) != facts.joint_names:
+            raise ValueError(
+                "robot: G1WalkFlat expects one position actuator per joint, in joint order"
+            )
+        self.commands = commands or CommandCfg()
+        self.events = events or EventCfg()
+        self.facts = facts
+        self.default_pose = np.array([DEFAULT_JOINT_POS[j] for j in facts.joint_names], np.float32)
+        self.command = np.zeros((n, 3), np.float32)
+        self.default_joint_pos = np.tile(self.default_pose, (n, 1))
+        step_dt = facts.physics_dt * decimation
+        self._resample_steps = max(1, round(self.commands.resample_s / step_dt))
+        self._push_steps = (
+            None
+            if self.events.push_interval_s is None
+            else max(1, round(self.events.push_interval_s / step_dt))
+        )
+        self._steps_to_resample = np.zeros(n, np.int32)
+        self._qpos = np.zeros((n, facts.nq), np.float32)
+        self._qvel = np.zeros((n, facts.nv), np.float32)
+        super().__init__(
+            backend,
+            Entity(backend, BODIES),
+            with_robot_arrays(terms, self.robot_arrays()),
+            decimation=decimation,
+            episode_length_s=episode_length_s,
+            default_controls=self.default_pose,
+            action_scale=np.array([ACTION_SCALE[j] for j in facts.joint_names], np.float32),
+            extra_state={"command": self.command, "default_joint_pos": self.default_joint_pos},
+            num_threads=num_threads,
+            seed=seed,
+        )
+
+    def robot_arrays(self) -> dict[str, np.ndarray]:
+        """Array parameters the config leaves to the robot: soft joint limits, joint weights."""
+        low, high = self.facts.joint_ranges[:, 0], self.facts.joint_ranges[:, 1]
+        middle, half = (low + high) / 2, (high - low) / 2 * SOFT_LIMIT_FRACTION
+        return {
+            "lower": (middle - half).astype(np.float32),
+            "upper": (middle + half).astype(np.float32),
+            "weights": np.ones(len(self.facts.joint_names), np.float32),
+        }
+
+    # -- FusedEnv hooks ----------------------------------------------------------------------------
+
+    def reset_state(self, env_ids):
+        k = len(env_ids)
+        qpos, qvel = self._qpos[:k], self._qvel[:k]
+        qpos[:] = 0.0
+        qvel[:] = 0.0
+        qpos[:, 2] = STANDING_PELVIS_HEIGHT
+        yaw = self.rng.uniform(-np.pi, np.pi, k)
+        qpos[:, 3], qpos[:, 6] = np.cos(yaw / 2), np.sin(yaw / 2)
+        noise = self.rng.uniform(-1, 1, (k, len(self.default_pose))) * self.events.joint_noise_rad
+        qpos[:, self.facts.joint_qpos_adr] = self.default_pose + noise
+        return qpos, qvel
+
+    def on_reset(self, env_ids):
+        self._resample(env_ids)
+
+    def advance(self):
+        self._steps_to_resample -= 1
+        due = np.flatnonzero(self._steps_to_resample <= 0)
+        if due.size:
+            self._resample(due)
+        if self._push_steps is not None and (self.episode_step % self._push_steps == 0).any():
+            self._push(np.flatnonzero(self.episode_step % self._push_steps == 0))
+
+    # -- commands and events -------------------------------------------------------------------
+
+    def _resample(self, env_ids: np.ndarray) -> None:
+        c, k = self.commands, len(env_ids)
+        for axis, (low, high) in enumerate((c.lin_vel_x, c.lin_vel_y, c.ang_vel_z)):
+            self.command[env_ids, axis] = self.rng.uniform(low, high, k)
+        standing = self.rng.random(k) < c.standing_fraction
+        self.command[env_ids[standing]] = 0.0
+        self._steps_to_resample[env_ids] = self._resample_steps
+
+    def _push(self, env_ids: np.ndarray) -> None:
+        qpos, qvel = self.robot.qpos[env_ids], self.robot.qvel[env_ids]
+        qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
+        self.backend.reset_envs(env_ids, qpos, qvel)
+
+
+def with_robot_arrays(terms: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict:
+    """A copy of ``terms`` whose entries get the robot's arrays for the parameters they name
+    in ``robot_arrays: [name, ...]`` (YAML cannot hold per-joint arrays of a model)."""
+    filled = {}
+    for section, entries in terms.items():
+        if section == "observations":
+            filled[section] = {
+                group: {
+                    **spec,
+                    "terms": _fill(f"observations.{group}", spec.get("terms", {}), arrays),
+                }
+                for group, spec in entries.items()
+            }
+        else:
+            filled[section] = _fill(section, entries, arrays)
+    return filled
+
+
+def _fill(where: str, entries: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict:
+    filled = {}
+    for name, spec in entries.items():
+        spec = dict(spec or {})
+        wanted = spec.pop("robot_arrays", [])
+        params = dict(spec.get("params") or {})
+        for array in wanted:
+            if array not in arrays:
+                raise KeyError(
+                    f"{where}.{name}.robot_arrays: unknown robot array {array!r}; "
+                    f"the robot provides: {', '.join(sorted(arrays))}"
+                )
+            params[array] = arrays[array]
+        filled[name] = {**spec, "params": params}
+    return filled

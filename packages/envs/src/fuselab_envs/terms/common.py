@@ -1,0 +1,145 @@
+"""Terms every legged task shares: the base frame, joint and action regularizers, proprioception.
+
+The base frame preamble writes, once per env per step, the quantities several rewards and
+observations read (base-frame velocities and projected gravity), so none recomputes them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fuselab_env_core.rotations import quat_apply_inverse
+from fuselab_env_core.terms import observation, preamble, reward, termination
+
+
+@preamble(outputs={"base_lin_vel_b": (3,), "base_ang_vel_b": (3,), "projected_gravity_b": (3,)})
+def base_frame(
+    i,
+    body_quat_w,
+    body_lin_vel_w,
+    body_ang_vel_w,
+    base_lin_vel_b,
+    base_ang_vel_b,
+    projected_gravity_b,
+    base_body: int = 0,
+):
+    """Base velocities and the gravity direction in the base frame (base = robot body 0)."""
+    b = base_body
+    w, x, y, z = (
+        body_quat_w[i, b, 0],
+        body_quat_w[i, b, 1],
+        body_quat_w[i, b, 2],
+        body_quat_w[i, b, 3],
+    )
+    vx, vy, vz = quat_apply_inverse(
+        w, x, y, z, body_lin_vel_w[i, b, 0], body_lin_vel_w[i, b, 1], body_lin_vel_w[i, b, 2]
+    )
+    base_lin_vel_b[i, 0], base_lin_vel_b[i, 1], base_lin_vel_b[i, 2] = vx, vy, vz
+    wx, wy, wz = quat_apply_inverse(
+        w, x, y, z, body_ang_vel_w[i, b, 0], body_ang_vel_w[i, b, 1], body_ang_vel_w[i, b, 2]
+    )
+    base_ang_vel_b[i, 0], base_ang_vel_b[i, 1], base_ang_vel_b[i, 2] = wx, wy, wz
+    gx, gy, gz = quat_apply_inverse(w, x, y, z, 0.0, 0.0, -1.0)
+    projected_gravity_b[i, 0], projected_gravity_b[i, 1], projected_gravity_b[i, 2] = gx, gy, gz
+
+
+# -- rewards ------------------------------------------------------------------------------------
+
+
+@reward()
+def flat_orientation_l2(i, projected_gravity_b):
+    """Squared tilt: the gravity direction's xy components in the base frame."""
+    return projected_gravity_b[i, 0] ** 2 + projected_gravity_b[i, 1] ** 2
+
+
+@reward()
+def lin_vel_z_l2(i, base_lin_vel_b):
+    return base_lin_vel_b[i, 2] ** 2
+
+
+@reward()
+def ang_vel_xy_l2(i, base_ang_vel_b):
+    return base_ang_vel_b[i, 0] ** 2 + base_ang_vel_b[i, 1] ** 2
+
+
+@reward()
+def action_rate_l2(i, actions, last_actions):
+    total = 0.0
+    for j in range(actions.shape[1]):
+        d = actions[i, j] - last_actions[i, j]
+        total += d * d
+    return total
+
+
+@reward()
+def joint_deviation_l1(i, joint_pos, default_joint_pos, weights: np.ndarray):
+    """Weighted |q - q_default|: keeps joints (e.g. arms and waist) near the default pose."""
+    total = 0.0
+    for j in range(joint_pos.shape[1]):
+        total += weights[j] * abs(joint_pos[i, j] - default_joint_pos[i, j])
+    return total
+
+
+@reward()
+def joint_pos_limits(i, joint_pos, lower: np.ndarray, upper: np.ndarray):
+    """How far joints are outside their soft limits [lower, upper] (radians, summed)."""
+    total = 0.0
+    for j in range(joint_pos.shape[1]):
+        q = joint_pos[i, j]
+        total += max(lower[j] - q, 0.0) + max(q - upper[j], 0.0)
+    return total
+
+
+# -- terminations ---------------------------------------------------------------------------------
+
+
+@termination()
+def bad_orientation(i, projected_gravity_b, limit_angle_rad: float = 1.0):
+    """The base tilted more than ``limit_angle_rad`` from upright: it fell over."""
+    return projected_gravity_b[i, 2] > -math.cos(limit_angle_rad)
+
+
+@termination()
+def base_height_below(i, body_pos_w, min_height_m: float = 0.3, base_body: int = 0):
+    return body_pos_w[i, base_body, 2] < min_height_m
+
+
+# -- observations -------------------------------------------------------------------------------
+
+
+@observation(size=3)
+def base_lin_vel(i, out, col, base_lin_vel_b):
+    for k in range(3):
+        out[i, col + k] = base_lin_vel_b[i, k]
+
+
+@observation(size=3)
+def base_ang_vel(i, out, col, base_ang_vel_b):
+    for k in range(3):
+        out[i, col + k] = base_ang_vel_b[i, k]
+
+
+@observation(size=3)
+def projected_gravity(i, out, col, projected_gravity_b):
+    for k in range(3):
+        out[i, col + k] = projected_gravity_b[i, k]
+
+
+@observation(size=lambda shapes, params: shapes["joint_pos"][0])
+def joint_pos_rel(i, out, col, joint_pos, default_joint_pos):
+    for j in range(joint_pos.shape[1]):
+        out[i, col + j] = joint_pos[i, j] - default_joint_pos[i, j]
+
+
+@observation(size=lambda shapes, params: shapes["joint_vel"][0])
+def joint_vel_rel(i, out, col, joint_vel):
+    for j in range(joint_vel.shape[1]):
+        out[i, col + j] = joint_vel[i, j]
+
+
+@observation(size=lambda shapes, params: shapes["actions"][0])
+def last_action(i, out, col, actions):
+    for j in range(actions.shape[1]):
+        out[i, col + j] = actions[i, j]
