@@ -1,5 +1,6 @@
 """Developer sessions: `uv run nox -s test_all` (the README's test command), per-package tests,
 `bench` and `lint`. Each test session installs only what it names, so a missing dependency shows.
+`packaging` builds every wheel and installs each one alone (.ci/run runs it after test_all).
 """
 
 from pathlib import Path
@@ -56,3 +57,13 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("pyright")
+
+
+@nox.session
+def packaging(session: nox.Session) -> None:
+    """Build every wheel and sdist; install each wheel alone in a fresh venv and smoke-check it.
+
+    The script needs only the standard library and uv (it makes its own venvs), so this session
+    installs nothing. Pass e.g. `-- --only fuselab-envs --keep` to choose and to inspect.
+    """
+    session.run("python", "tools/check_packaging.py", *session.posargs)
