@@ -25,6 +25,7 @@ import numba
 import numpy as np
 from bench_backends import backends_rows, bench_backends
 from bench_protocol import time_side_by_side
+from bench_walk import bench_walk, walk_rows
 
 from fuselab_env_core import synthetic
 from fuselab_env_core.numpy_runtime import NumpyTerms
@@ -173,7 +174,11 @@ def core_rows(r: dict) -> list[tuple[str, str, str]]:
     ]
 
 
-SUITES = {"core": (bench_core, core_rows), "backends": (bench_backends, backends_rows)}
+SUITES = {
+    "core": (bench_core, core_rows),
+    "backends": (bench_backends, backends_rows),
+    "walk": (bench_walk, walk_rows),
+}
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -215,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=8192)
     parser.add_argument("--physics-envs", type=int, default=4096, help="N of physics throughput")
     parser.add_argument("--warp-envs", type=int, default=256, help="N of MuJoCo Warp throughput")
+    parser.add_argument("--walk-envs", type=int, default=4096, help="N of the walk suite")
+    parser.add_argument("--walk-steps", type=int, default=100, help="env steps per walk repeat")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -226,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
         args.physics_envs, args.warp_envs = 64, 8
+        args.walk_envs, args.walk_steps = 64, 10
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -241,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             "num_envs": args.num_envs,
             "physics_envs": args.physics_envs,
             "warp_envs": args.warp_envs,
+            "walk_envs": args.walk_envs,
+            "walk_steps": args.walk_steps,
             "warmup": args.warmup,
             "measure": args.measure,
             "repeats": args.repeats,
