@@ -120,3 +120,72 @@ def test_g1_stands_for_two_seconds_under_stiff_pd(tmp_path, model, backend):
     assert np.all(torso_up_z > 0.9)
     if hasattr(sim, "close"):
         sim.close()
+
+
+@pytest.fixture(scope="module")
+def stiff_g1(tmp_path_factory):
+    """The G1 with ten times the task's PD gains (see the test above), as an MJCF file."""
+    spec = build_g1_spec()
+    for actuator in spec.actuators:
+        actuator.gainprm[0] *= 10.0
+        actuator.biasprm[1] *= 10.0
+        actuator.biasprm[2] *= 10.0
+    path = tmp_path_factory.mktemp("g1") / "g1_stiff.xml"
+    path.write_text(spec.to_xml())
+    return path
+
+
+FEET = ["left_ankle_roll_link", "right_ankle_roll_link"]
+
+
+@pytest.mark.parametrize("backend", [MujocoBackend, MjWarpBackend, MotrixBackend])
+def test_g1_standing_carries_its_weight_on_its_feet(stiff_g1, model, backend):
+    weight = mujoco.mj_getTotalmass(model) * -model.opt.gravity[2]
+    qpos, qvel, targets = standing(model, 2)
+    sim = backend(stiff_g1, 2)
+    sim.reset_envs(np.arange(2), qpos, qvel)
+    sim.set_controls(np.tile(targets, (2, 1)).astype(np.float32))
+    robot = Entity(sim, ["pelvis"], contact_body_names=FEET + TRACKED[1:3] + TRACKED[8:])
+    for _ in range(75):  # 1.5 s: settled
+        sim.step(4)
+    robot.update()
+    if hasattr(sim, "close"):
+        sim.close()
+    feet, others = robot.contact_force_w[:, :2], robot.contact_force_w[:, 2:]
+    np.testing.assert_allclose(feet[..., 2].sum(axis=1), weight, rtol=0.03)
+    assert np.all(np.abs(feet[..., :2].sum(axis=1)) < 0.03 * weight)
+    assert np.all(feet[..., 2] > 0.3 * weight)  # on both feet
+    assert np.all(others == 0.0)  # knees, hips, arms, hands touch nothing
+
+
+def test_g1_contact_forces_match_plain_mujoco_and_warp(model):
+    qpos, qvel, targets = standing(model, 2)
+    qpos[1, 2] -= 0.02  # pressed into the floor: a hard landing
+    ctrl = np.tile(targets, (2, 1)).astype(np.float32)
+    data, wrench = mujoco.MjData(model), np.zeros(6)
+    want = np.zeros((2, model.nbody, 3))
+    for i in range(2):
+        mujoco.mj_resetData(model, data)
+        data.qpos[:], data.qvel[:], data.ctrl[:] = qpos[i], qvel[i], ctrl[i]
+        for _ in range(4):
+            mujoco.mj_step(model, data)
+        for c, contact in enumerate(data.contact):  # the last substep's contacts
+            mujoco.mj_contactForce(model, data, c, wrench)
+            on_second = contact.frame.reshape(3, 3).T @ wrench[:3]
+            want[i, model.geom_bodyid[contact.geom2]] += on_second
+            want[i, model.geom_bodyid[contact.geom1]] -= on_second
+    ids = np.arange(model.nbody, dtype=np.int32)
+    got = {}
+    for backend in (MujocoBackend, MjWarpBackend):
+        sim = backend(G1_XML_PATH, 2)
+        sim.reset_envs(np.arange(2), qpos, qvel)
+        sim.set_controls(ctrl)
+        sim.step(4)
+        got[backend] = np.zeros((2, model.nbody, 3), np.float32)
+        sim.copy_contact_forces(ids, got[backend])
+        if hasattr(sim, "close"):
+            sim.close()
+    scale = np.abs(want).max()
+    assert scale > 100.0
+    np.testing.assert_allclose(got[MujocoBackend], want, rtol=1e-4, atol=1e-4 * scale)
+    np.testing.assert_allclose(got[MjWarpBackend], want, atol=5e-4 * scale)  # float32 solver

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "envs" / "tests"
 
 
 def bench_walk(args) -> dict:
-    import envs_term_twins  # noqa: F401 - attaches the NumPy twins
+    import envs_term_twins  # noqa: F401  # pyright: ignore[reportMissingImports] - the twins
 
     n = args.walk_envs
     env = fuselab_envs.make("g1_walk_flat", num_envs=n, backend="mujoco")

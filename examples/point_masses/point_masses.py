@@ -67,6 +67,10 @@ class PointMassBackend(SimBackend):
             out_lin_vel[:, k, 2] = 0.0
             out_ang_vel[:, k] = 0.0
 
+    def copy_contact_forces(self, body_ids, out_force) -> None:
+        check_buffer("out_force", out_force, (self.num_envs, len(body_ids), 3))
+        out_force[...] = 0.0  # a planar model without gravity or contacts
+
 
 @reward()
 def target_distance_exp(i, body_pos_w, target, std_m: float = 0.5):

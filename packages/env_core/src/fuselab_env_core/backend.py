@@ -72,6 +72,18 @@ class SimBackend(abc.ABC):
         """Fill (num_envs, B, 3|4|3|3) buffers with the world-frame state of bodies ``body_ids``
         (int32, shape (B,)) in one pass."""
 
+    @abc.abstractmethod
+    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+        """Fill (num_envs, B, 3) ``out_force`` with the net contact force, in newtons and the
+        world frame, that the rest of the world (the floor and every other body) exerts on each
+        of the bodies ``body_ids`` (int32, shape (B,)); zeros for a body in contact with nothing.
+
+        The forces are those the solver applied during the last physics substep of the last
+        :meth:`step` (MuJoCo-style engines compute them from the state that substep started
+        from), i.e. the contact forces that produced the current velocities. Envs reset since
+        their last step read zeros until they step again.
+        """
+
 
 def check_buffer(name: str, array: object, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     """A caller buffer of the contract: exact shape and dtype, C-contiguous, or a clear error."""

@@ -1,8 +1,9 @@
 """Entity: a robot's bodies and joints, bound by name once, then read with copies only.
 
 Binding (the cold path) resolves names to the backend's ids and fails with the names the model
-has; :meth:`Entity.update` (the hot path) fills preallocated buffers with one fused body copy
-and one joint copy, which terms then read as state buffers.
+has; :meth:`Entity.update` (the hot path) fills preallocated buffers with one fused body copy,
+one joint copy and, for the bodies named in ``contact_body_names``, one contact force copy,
+which terms then read as state buffers.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ class Entity:
         backend: SimBackend,
         body_names: Sequence[str],
         joint_names: Sequence[str] | None = None,
+        contact_body_names: Sequence[str] = (),
     ):
         facts = backend.model
         self.backend = backend
         self.body_names = tuple(body_names)
         self.joint_names = tuple(facts.joint_names if joint_names is None else joint_names)
+        self.contact_body_names = tuple(contact_body_names)
         self.body_ids = _resolve("body", self.body_names, facts.body_names)
         self.joint_ids = _resolve("joint", self.joint_names, facts.joint_names)
+        self.contact_body_ids = _resolve("body", self.contact_body_names, facts.body_names)
         n, b, j = backend.num_envs, len(self.body_ids), len(self.joint_ids)
         self.body_pos_w = np.zeros((n, b, 3), np.float32)
         self.body_quat_w = np.zeros((n, b, 4), np.float32)
@@ -35,13 +39,16 @@ class Entity:
         self.body_ang_vel_w = np.zeros((n, b, 3), np.float32)
         self.joint_pos = np.zeros((n, j), np.float32)
         self.joint_vel = np.zeros((n, j), np.float32)
+        # Net contact force on each contact body, world frame, newtons (see copy_contact_forces).
+        self.contact_force_w = np.zeros((n, len(self.contact_body_ids), 3), np.float32)
         self.qpos = np.zeros((n, facts.nq), np.float32)
         self.qvel = np.zeros((n, facts.nv), np.float32)
         self._qpos_columns = facts.joint_qpos_adr[self.joint_ids]
         self._qvel_columns = facts.joint_qvel_adr[self.joint_ids]
 
     def update(self) -> None:
-        """Copy the current state of the bound bodies and joints (no allocation)."""
+        """Copy the current state of the bound bodies and joints, and the contact forces of the
+        contact bodies (no allocation)."""
         self.backend.copy_body_state_w(
             self.body_ids,
             self.body_pos_w,
@@ -49,13 +56,16 @@ class Entity:
             self.body_lin_vel_w,
             self.body_ang_vel_w,
         )
+        if self.contact_body_names:
+            self.backend.copy_contact_forces(self.contact_body_ids, self.contact_force_w)
         self.backend.copy_qpos_qvel(self.qpos, self.qvel)
         np.take(self.qpos, self._qpos_columns, axis=1, out=self.joint_pos)
         np.take(self.qvel, self._qvel_columns, axis=1, out=self.joint_vel)
 
     def state(self) -> dict[str, np.ndarray]:
-        """The buffers by the names terms use for them."""
-        return {
+        """The buffers by the names terms use for them (``contact_force_w`` only when the entity
+        has contact bodies)."""
+        state = {
             "body_pos_w": self.body_pos_w,
             "body_quat_w": self.body_quat_w,
             "body_lin_vel_w": self.body_lin_vel_w,
@@ -63,6 +73,9 @@ class Entity:
             "joint_pos": self.joint_pos,
             "joint_vel": self.joint_vel,
         }
+        if self.contact_body_names:
+            state["contact_force_w"] = self.contact_force_w
+        return state
 
 
 def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.ndarray:

@@ -56,6 +56,14 @@ def copy_body_states(
                 out_quat[i, k, c] = quat[i, b, c]
 
 
+def check_body_ids(body_ids: object, num_bodies: int) -> np.ndarray:
+    if not isinstance(body_ids, np.ndarray) or body_ids.dtype != np.int32 or body_ids.ndim != 1:
+        raise TypeError(f"body_ids: expected a 1-D int32 array, got {body_ids!r}")
+    if body_ids.size and (body_ids.min() < 0 or body_ids.max() >= num_bodies):
+        raise ValueError(f"body_ids: expected ids in 0..{num_bodies - 1}, got {body_ids}")
+    return body_ids
+
+
 def check_body_buffers(
     num_envs: int,
     body_ids: np.ndarray,
@@ -66,12 +74,14 @@ def check_body_buffers(
     out_ang_vel,
 ) -> None:
     """Validate a copy_body_state_w call: body ids in range, buffers of the contract's shape."""
-    if not isinstance(body_ids, np.ndarray) or body_ids.dtype != np.int32 or body_ids.ndim != 1:
-        raise TypeError(f"body_ids: expected a 1-D int32 array, got {body_ids!r}")
-    if body_ids.size and (body_ids.min() < 0 or body_ids.max() >= num_bodies):
-        raise ValueError(f"body_ids: expected ids in 0..{num_bodies - 1}, got {body_ids}")
-    b = body_ids.shape[0]
+    b = check_body_ids(body_ids, num_bodies).shape[0]
     check_buffer("out_pos", out_pos, (num_envs, b, 3))
     check_buffer("out_quat", out_quat, (num_envs, b, 4))
     check_buffer("out_lin_vel", out_lin_vel, (num_envs, b, 3))
     check_buffer("out_ang_vel", out_ang_vel, (num_envs, b, 3))
+
+
+def check_contact_buffers(num_envs: int, body_ids: object, num_bodies: int, out_force) -> None:
+    """Validate a copy_contact_forces call: body ids in range, a (num_envs, B, 3) buffer."""
+    b = check_body_ids(body_ids, num_bodies).shape[0]
+    check_buffer("out_force", out_force, (num_envs, b, 3))

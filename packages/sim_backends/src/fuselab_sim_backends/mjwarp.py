@@ -19,6 +19,15 @@ Two MuJoCo details this backend hides from the caller:
 * ``cvel`` is (angular; linear) with the linear part the velocity of ``subtree_com`` of the
   body's root; the host-copy kernel moves it to the body origin.
 
+Contact forces are computed on demand, once per step, on the device: ``mujoco_warp``'s public
+``contact_force`` (the counterpart of ``mj_contactForce``) turns each active contact's
+constraint force into a world-frame force on its second geom, and one kernel adds it to that
+geom's body and subtracts it from the first geom's body. ``d.contact`` and ``d.efc.force`` are
+those of the last substep (collision and solve run from the state that substep started from;
+the kinematics refresh above touches neither), as on the MuJoCo CPU backend. Reset worlds read
+zeros until they step again (``set_state`` leaves the last step's contacts in place). Flex
+contacts are not attributed to bodies.
+
 Non-finite controls are passed through as they are. MuJoCo Warp clamps the control of a
 ctrl-limited actuator with ``wp.clamp``, which turns NaN into a range bound, so such rows stay
 finite (but wrong); an unlimited actuator's NaN reaches its env's state. Either way no other
@@ -38,7 +47,11 @@ import numpy as np
 import warp as wp
 
 from fuselab_env_core.backend import SimBackend, check_buffer
-from fuselab_sim_backends.host_copy import check_body_buffers, copy_body_states
+from fuselab_sim_backends.host_copy import (
+    check_body_buffers,
+    check_contact_buffers,
+    copy_body_states,
+)
 from fuselab_sim_backends.model import load_spec, model_facts
 
 __all__ = ["MjWarpBackend"]
@@ -55,6 +68,36 @@ _RESET_STATE_PARTS = (
     mjw.State.ACT,
     mjw.State.WARMSTART,
 )
+
+
+@wp.kernel
+def _net_contact_forces(
+    nacon: wp.array(dtype=int),
+    contact_geom: wp.array(dtype=wp.vec2i),
+    contact_worldid: wp.array(dtype=int),
+    contact_force: wp.array(dtype=wp.spatial_vector),
+    geom_bodyid: wp.array(dtype=int),
+    cleared: wp.array(dtype=wp.bool),
+    out: wp.array2d(dtype=wp.vec3),
+):
+    """Per (world, body) net contact force: every contact pushes its second geom's body by its
+    world-frame force and its first geom's body by the opposite (``out`` zeroed beforehand)."""
+    contact = wp.tid()
+    if contact >= nacon[0]:
+        return
+    world = contact_worldid[contact]
+    geoms = contact_geom[contact]
+    if cleared[world] or geoms[0] < 0 or geoms[1] < 0:  # reset since its step; flex contact
+        return
+    force = wp.spatial_top(contact_force[contact])
+    wp.atomic_add(out, world, geom_bodyid[geoms[1]], force)
+    wp.atomic_sub(out, world, geom_bodyid[geoms[0]], force)
+
+
+@wp.kernel
+def _zero_vec3(out: wp.array2d(dtype=wp.vec3)):
+    world, body = wp.tid()
+    out[world, body] = wp.vec3(0.0)
 
 
 def _ms_since(start: float) -> float:
@@ -191,10 +234,21 @@ class MjWarpBackend(SimBackend):
         self._qpos_cols = self._reset_cols[int(mjw.State.QPOS)]
         self._qvel_cols = self._reset_cols[int(mjw.State.QVEL)]
 
+        # Contact forces: per contact (world frame), then per (world, body), then the host.
+        with wp.ScopedDevice(wp_device):
+            self._contact_ids = wp.array(np.arange(d.naconmax, dtype=np.int32), dtype=int)
+            self._contact_force6 = wp.zeros(d.naconmax, dtype=wp.spatial_vector)
+            self._body_force_d = wp.zeros((n, mjm.nbody), dtype=wp.vec3)
+            self._cleared_d = wp.zeros(n, dtype=wp.bool)
+        self._body_force_h, self._body_force = host_buffer((n, mjm.nbody), wp.vec3)
+        self._cleared_h, self._cleared = host_buffer((n,), wp.bool)
+        self._cleared[:] = True  # no step yet
+
         self._graphs: dict[object, wp.Graph] = {}
         self._kinematics_stale = False  # forward just ran
         self._body_host_stale = True
         self._state_host_stale = True
+        self._contact_host_stale = True
 
     # -- device work, each batch recorded once into a Warp graph -------------------------------
 
@@ -222,6 +276,24 @@ class MjWarpBackend(SimBackend):
         mjw.kinematics(self._m, self._d)
         mjw.com_pos(self._m, self._d)
         mjw.com_vel(self._m, self._d)
+
+    def _record_contact_forces(self) -> None:
+        m, d, out = self._m, self._d, self._body_force_d
+        wp.launch(_zero_vec3, dim=out.shape, outputs=[out])
+        mjw.contact_force(m, d, self._contact_ids, True, self._contact_force6)
+        wp.launch(
+            _net_contact_forces,
+            dim=d.naconmax,
+            inputs=[
+                d.nacon,
+                d.contact.geom,
+                d.contact.worldid,
+                self._contact_force6,
+                m.geom_bodyid,
+                self._cleared_d,
+            ],
+            outputs=[out],
+        )
 
     def _wait_for_device(self) -> None:
         # Copies between pinned host memory and a CUDA device are asynchronous.
@@ -260,6 +332,8 @@ class MjWarpBackend(SimBackend):
         self._kinematics_stale = True
         self._body_host_stale = True
         self._state_host_stale = True
+        self._contact_host_stale = True
+        self._cleared[:] = False  # no pending copy reads it: every read waits for the device
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         ids = self._check_env_ids(env_ids)
@@ -276,6 +350,7 @@ class MjWarpBackend(SimBackend):
         self._wait_for_device()
         self._mask[:] = False
         self._mask[ids] = True
+        self._cleared[ids] = True
         self._state[ids] = 0.0  # time, activations, warm start
         self._state[ids, self._qpos_cols] = qpos
         self._state[ids, self._qvel_cols] = qvel
@@ -286,6 +361,7 @@ class MjWarpBackend(SimBackend):
         self._kinematics_stale = True
         self._body_host_stale = True
         self._state_host_stale = True
+        self._contact_host_stale = True
 
     def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
         check_buffer("out_qpos", out_qpos, (self.num_envs, self.model.nq))
@@ -329,6 +405,16 @@ class MjWarpBackend(SimBackend):
             out_lin_vel,
             out_ang_vel,
         )
+
+    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+        check_contact_buffers(self.num_envs, body_ids, self.mj_model.nbody, out_force)
+        if self._contact_host_stale:
+            wp.copy(self._cleared_d, self._cleared_h)
+            self._launch("contact_forces", self._record_contact_forces)
+            wp.copy(self._body_force_h, self._body_force_d)
+            self._wait_for_device()
+            self._contact_host_stale = False
+        np.take(self._body_force, body_ids, axis=1, out=out_force, mode="clip")  # ids checked
 
     # -- beyond the contract --------------------------------------------------------------------
 

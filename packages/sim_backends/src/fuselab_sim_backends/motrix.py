@@ -32,6 +32,14 @@ against MuJoCo in the tests:
 * ``SceneData[DisjointIndices(ids)].reset(..., forward_kinematic=True)`` writes through to the
   selected envs, in the given order, zeroes their controls and refreshes their link poses and
   velocities at once.
+* contact forces come from MotrixSim's contact-force report (``SceneModel.reports
+  .contact_forces``, enabled at construction; its cost on the G1 is within measurement noise):
+  ``get_link_net_contact_forces`` gives each link's net contact force (world frame) and moment.
+  The report is a snapshot of the last substep of ``step_n`` (checked: ``step_n(4)`` reports
+  what the fourth of four single steps reports), like the MuJoCo backends. A reset keeps the
+  last report, so the adapter reads zeros for envs reset since their last step. The world body
+  (no MotrixSim link) gets minus the sum over all links: contacts push in equal and opposite
+  pairs.
 
 Gaps against the contract:
 
@@ -44,7 +52,9 @@ Gaps against the contract:
 * ``SceneData.reset`` keeps cached solver warm-start and actuator activation state; with
   activation dynamics (e.g. ``dyntype="filter"``) a reset env keeps its activation history.
   Position and motor actuators have none, so for them a reset is complete.
-* Dynamics differ from MuJoCo's (another solver and contact model): only kinematics match.
+* Dynamics differ from MuJoCo's (another solver and contact model): only kinematics match;
+  contact forces agree with MuJoCo's in their balance (a robot standing still carries its
+  weight) but not contact by contact.
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ import mujoco
 import numpy as np
 
 from fuselab_env_core.backend import ModelFacts, SimBackend, check_buffer
-from fuselab_sim_backends.host_copy import check_body_buffers
+from fuselab_sim_backends.host_copy import check_body_buffers, check_contact_buffers
 from fuselab_sim_backends.model import load_spec, model_facts
 
 try:
@@ -85,6 +95,7 @@ class MotrixBackend(SimBackend):
 
         started = time.perf_counter()
         self._mx = _load_motrix(mjcf)
+        self._mx.reports.contact_forces = True  # produced from the next step on
         log.info(
             "MotrixSim load: %.1f ms (%d links, %d dof pos, %d dof vel, %d actuators)",
             (time.perf_counter() - started) * 1e3,
@@ -148,6 +159,7 @@ class MotrixBackend(SimBackend):
             raise ValueError(f"substeps: expected an int >= 1, got {substeps}")
         self._mx.step_n(self._data, int(substeps))
         self._kinematics_stale = True
+        self._contact_cleared[:] = False
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         ids = self._check_env_ids(env_ids)
@@ -179,6 +191,7 @@ class MotrixBackend(SimBackend):
         # MotrixSim reads these buffers as C-contiguous whatever their strides; a fancy-indexed
         # column permutation is not, so make it so.
         real = self._link_pose.dtype
+        self._contact_cleared[ids] = True  # the last contact report stays until the next step
         subset = self._data[motrixsim.DisjointIndices(ids)]
         subset.reset(
             self._mx,
@@ -232,6 +245,24 @@ class MotrixBackend(SimBackend):
         _gather(self._quat, body_ids, out_quat)
         _gather(self._lin_vel, body_ids, out_lin_vel)
         _gather(self._ang_vel, body_ids, out_ang_vel)
+
+    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+        num_bodies = len(self.model.body_names)
+        check_contact_buffers(self.num_envs, body_ids, num_bodies, out_force)
+        if body_ids.shape[0] == 0:
+            return
+        force = self._contact_force
+        if num_bodies > 1 and not self._contact_cleared.all():  # no report before a first step
+            self._mx.get_link_net_contact_forces(
+                self._data, indices=self._link_query, out=self._link_wrench
+            )
+            force[:, 1:] = self._link_wrench[:, :, 0:3]
+            np.sum(force[:, 1:], axis=1, out=force[:, 0])
+            np.negative(force[:, 0], out=force[:, 0])
+            np.copyto(force, 0.0, where=self._contact_cleared[:, None, None])
+        else:
+            force[...] = 0.0
+        _gather(force, body_ids, out_force)
 
     # ------------------------------------------------------------------ cold path
 
@@ -316,6 +347,9 @@ class MotrixBackend(SimBackend):
         self._quat[:, 0, 0] = 1.0
         self._lin_vel = np.zeros((n, nbody, 3), np.float32)
         self._ang_vel = np.zeros((n, nbody, 3), np.float32)
+        self._link_wrench = np.zeros((n, links, 6), real)
+        self._contact_force = np.zeros((n, nbody, 3), np.float32)  # per MuJoCo body id
+        self._contact_cleared = np.ones(n, bool)  # reset (or new) since the last step
         self._ctrl = np.zeros((n, self.model.nu), real)
 
 

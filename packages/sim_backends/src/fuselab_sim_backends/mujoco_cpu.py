@@ -4,7 +4,21 @@ Body states come from frame sensors (position, quaternion, linear and angular ve
 body frame) that the backend adds to the model. MuJoCo evaluates sensors at the start of a step,
 so after the physics rollout a second, kinematics-only rollout of one step (timestep 0; contacts,
 constraints, actuation and gravity disabled) evaluates them for the final state. The physics
-model has sensors disabled instead, so neither pass does work the other repeats.
+model carries none of those sensors, so neither pass does work the other repeats.
+
+Contact forces need the physics pass (contacts and constraint forces), so the physics model is
+compiled from the same spec with every sensor replaced by one MuJoCo ``contact`` sensor per
+body that can touch anything (a geom whose contype/conaffinity can match another body's, or an
+explicit ``<pair>``), matching the contacts of that body on its "second" side and reduced with
+``netforce``: the net force the rest of the world exerts on the body, in the world frame. Only
+these sensors are evaluated there (the model's own sensors, e.g. IMUs, stay in the kinematics
+pass). Because MuJoCo evaluates them during ``mj_step`` from the state the step starts from, the
+sensordata that rollout records after the last substep holds the contact forces the solver
+applied during that substep: the forces that produced the current velocities. The world body
+gets no sensor: every contact pushes its two bodies equally and oppositely, so the world's net
+force is minus the sum over all sensed bodies. Bodies that cannot touch anything read zero.
+Cost: the sensors are evaluated on every substep (rollout takes one model per env, not per
+step); on the G1 (6 contact sensors, N=4096) they add about 2% to a step.
 
 MuJoCo rejects a non-finite control with a warning and resets that env's data, so NaN actions
 corrupt no env; the env detects and reports them itself. MuJoCo's automatic reset of a diverging
@@ -14,17 +28,23 @@ state is disabled: such rows stay visible (non-finite) until the env resets them
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from pathlib import Path
 
 import mujoco
+import numba
 import numpy as np
 from mujoco import rollout
 
 from fuselab_env_core.backend import SimBackend, check_buffer
-from fuselab_sim_backends.host_copy import check_body_buffers, copy_body_states
+from fuselab_sim_backends.host_copy import (
+    check_body_buffers,
+    check_contact_buffers,
+    copy_body_states,
+)
 from fuselab_sim_backends.model import load_spec, model_facts
 
 log = logging.getLogger(__name__)
@@ -36,6 +56,8 @@ BODY_SENSORS = (
     mujoco.mjtSensor.mjSENS_FRAMEANGVEL,
 )
 SENSOR_WIDTH = 13  # 3 + 4 + 3 + 3 per body
+NO_CONTACT = -1  # contact sensor slot of a body that cannot touch anything
+WORLD_CONTACT = -2  # contact sensor slot of the world body: minus the sum of every slot
 STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
 _D = mujoco.mjtDisableBit
 # Everything a zero-length step would compute beyond positions, velocities and sensors.
@@ -72,13 +94,39 @@ class MujocoBackend(SimBackend):
                 spec.add_sensor(
                     type=sensor_type, objtype=mujoco.mjtObj.mjOBJ_XBODY, objname=body.name
                 )
-        self._physics = spec.compile()
-        self._physics.opt.disableflags |= int(_D.mjDSBL_SENSOR | _D.mjDSBL_AUTORESET)
         self._kinematics = spec.compile()
         self._kinematics.opt.timestep = 0.0
         self._kinematics.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER  # the cheapest
         self._kinematics.opt.disableflags |= int(KINEMATICS_ONLY | _D.mjDSBL_AUTORESET)
-        log.info("compile model with body sensors: %.1f ms", (time.perf_counter() - started) * 1e3)
+        # The physics model: the same spec, its sensors replaced by the contact sensors.
+        contact_bodies = _touching_bodies(self._kinematics)
+        for sensor in list(spec.sensors):
+            spec.delete(sensor)
+        for body in contact_bodies:
+            spec.add_sensor(
+                type=mujoco.mjtSensor.mjSENS_CONTACT,
+                reftype=mujoco.mjtObj.mjOBJ_BODY,
+                refname=mujoco.mj_id2name(self._kinematics, mujoco.mjtObj.mjOBJ_BODY, body),
+                intprm=_net_contact_force_intprm(),
+            )
+        self._physics = spec.compile()
+        self._physics.opt.disableflags |= int(_D.mjDSBL_AUTORESET)
+        if contact_bodies.size:  # whatever the MJCF's <flag sensor=.../> says
+            self._physics.opt.disableflags &= ~int(_D.mjDSBL_SENSOR)
+        else:
+            self._physics.opt.disableflags |= int(_D.mjDSBL_SENSOR)
+        if mujoco.mj_stateSize(self._physics, STATE) != mujoco.mj_stateSize(
+            self._kinematics, STATE
+        ):
+            raise ValueError(
+                "mjcf: a sensor with a history (delay or nsample) is not supported: the MuJoCo "
+                "backend evaluates the model's sensors in a separate, kinematics-only pass"
+            )
+        log.info(
+            "compile models with body and contact sensors (%d contact bodies): %.1f ms",
+            contact_bodies.size,
+            (time.perf_counter() - started) * 1e3,
+        )
 
         self.num_envs = n = num_envs
         self.num_threads = num_threads
@@ -86,22 +134,30 @@ class MujocoBackend(SimBackend):
         m = self._physics
         self._nstate = mujoco.mj_stateSize(m, STATE)
         self._pool = rollout.Rollout(nthread=num_threads)
+        # One MjData per thread and model: the two models differ in their sensordata size.
         self._datas = [mujoco.MjData(m) for _ in range(num_threads)]
+        self._kinematics_datas = [mujoco.MjData(self._kinematics) for _ in range(num_threads)]
         self._physics_models = [self._physics] * n
         self._kinematics_models = [self._kinematics] * n
 
         self._state = np.empty((n, self._nstate))
         self._ctrl = np.zeros((n, m.nu))
-        self._substep_buffers: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._substep_buffers: dict[int, tuple[np.ndarray, ...]] = {}
         self._kinematics_state = np.empty((n, 1, self._nstate))
         self._kinematics_ctrl = np.zeros((n, 1, m.nu))
-        self._sensordata = np.zeros((n, 1, m.nsensordata))
-        start = m.sensor_adr[first_sensor]
+        self._sensordata = np.zeros((n, 1, self._kinematics.nsensordata))
+        start = self._kinematics.sensor_adr[first_sensor]
         bodies = self._sensordata[:, 0, start : start + SENSOR_WIDTH * m.nbody]
         bodies = bodies.reshape(n, m.nbody, SENSOR_WIDTH)
         self._body_pos, self._body_quat = bodies[:, :, 0:3], bodies[:, :, 3:7]
         self._body_lin_vel, self._body_ang_vel = bodies[:, :, 7:10], bodies[:, :, 10:13]
         self._body_rows = np.arange(m.nbody, dtype=np.int32)
+        # Contact sensor slot of each body; forces (n, slots, 3) of the last substep, a view into
+        # the physics sensordata of the last step (zeros before the first).
+        self._contact_slots = np.full(m.nbody, NO_CONTACT, np.int32)
+        self._contact_slots[contact_bodies] = np.arange(contact_bodies.size, dtype=np.int32)
+        self._contact_slots[0] = WORLD_CONTACT
+        self._contact_force = np.zeros((n, contact_bodies.size, 3))
 
         everyone = np.arange(n)
         qpos0 = np.tile(m.qpos0, (n, 1)).astype(np.float32)
@@ -124,10 +180,11 @@ class MujocoBackend(SimBackend):
         self._ctrl[:] = controls
 
     def step(self, substeps: int) -> None:
-        state_out, sensor_out, ctrl = self._buffers_for(substeps)
+        state_out, sensor_out, ctrl, contact_force = self._buffers_for(substeps)
         ctrl[:] = self._ctrl[:, None, :]
-        self._rollout(self._physics_models, substeps, ctrl, state_out, sensor_out)
+        self._rollout(self._physics_models, self._datas, substeps, ctrl, state_out, sensor_out)
         self._state[:] = state_out[:, -1]
+        self._contact_force = contact_force
         self._evaluate_kinematics()
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
@@ -139,14 +196,15 @@ class MujocoBackend(SimBackend):
             raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
         check_buffer("qpos", qpos, (count, self.model.nq))
         check_buffer("qvel", qvel, (count, self.model.nv))
-        m, d = self._physics, self._datas[0]
+        m, d = self._kinematics, self._kinematics_datas[0]  # the same state layout as physics
         for k, env in enumerate(env_ids):
             mujoco.mj_resetData(m, d)
             d.qpos[:] = qpos[k]
             d.qvel[:] = qvel[k]
-            mujoco.mj_forward(self._kinematics, d)
+            mujoco.mj_forward(m, d)
             mujoco.mj_getState(m, d, self._state[env], STATE)
             self._sensordata[env, 0] = d.sensordata
+            self._contact_force[env] = 0.0  # no step since: no contact force yet
 
     def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
         nq, nv = self.model.nq, self.model.nv
@@ -179,6 +237,10 @@ class MujocoBackend(SimBackend):
             out_ang_vel,
         )
 
+    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+        check_contact_buffers(self.num_envs, body_ids, len(self.model.body_names), out_force)
+        _gather_contact_forces(body_ids, self._contact_slots, self._contact_force, out_force)
+
     def close(self) -> None:
         """Stop the rollout thread pool (also done when the backend is garbage collected)."""
         self._pool.close()
@@ -190,26 +252,29 @@ class MujocoBackend(SimBackend):
             raise ValueError(f"substeps: expected a positive int, got {substeps!r}")
         if substeps not in self._substep_buffers:
             n, m = self.num_envs, self._physics
+            sensor_out = np.zeros((n, substeps, m.nsensordata))
             self._substep_buffers[substeps] = (
                 np.empty((n, substeps, self._nstate)),
-                np.empty((n, substeps, m.nsensordata)),
+                sensor_out,
                 np.empty((n, substeps, m.nu)),
+                sensor_out.reshape(n, substeps, -1, 3)[:, -1],  # a view: the last substep
             )
         return self._substep_buffers[substeps]
 
     def _evaluate_kinematics(self) -> None:
         self._rollout(
             self._kinematics_models,
+            self._kinematics_datas,
             1,
             self._kinematics_ctrl,
             self._kinematics_state,
             self._sensordata,
         )
 
-    def _rollout(self, models, nstep, ctrl, state_out, sensor_out) -> None:
+    def _rollout(self, models, datas, nstep, ctrl, state_out, sensor_out) -> None:
         self._pool.rollout(
             models,
-            self._datas,
+            datas,
             self._state,
             ctrl,
             skip_checks=True,
@@ -217,3 +282,47 @@ class MujocoBackend(SimBackend):
             state=state_out,
             sensordata=sensor_out,
         )
+
+
+def _touching_bodies(model: mujoco.MjModel) -> np.ndarray:
+    """Ids of the bodies other than the world that may take part in a contact: one of their geoms
+    has a contype/conaffinity that matches a geom of another body, or is in an explicit pair.
+    A superset (parent filtering and excluded pairs are ignored) is all the sensors need."""
+    contype = np.zeros(model.nbody, np.int64)
+    conaffinity = np.zeros(model.nbody, np.int64)
+    np.bitwise_or.at(contype, model.geom_bodyid, model.geom_contype)
+    np.bitwise_or.at(conaffinity, model.geom_bodyid, model.geom_conaffinity)
+    matches = (contype[:, None] & conaffinity[None, :]) | (conaffinity[:, None] & contype[None, :])
+    np.fill_diagonal(matches, 0)  # geoms of one body never collide
+    touching = matches.any(axis=1)
+    touching[model.geom_bodyid[model.pair_geom1]] = True
+    touching[model.geom_bodyid[model.pair_geom2]] = True
+    touching[0] = False  # the world's force is minus the sum of the others
+    return np.flatnonzero(touching).astype(np.int32)
+
+
+@functools.cache
+def _net_contact_force_intprm() -> tuple[int, ...]:
+    """The integer parameters of ``<contact data="force" reduce="netforce"/>``, as MuJoCo's own
+    parser encodes them (the encoding is not part of MuJoCo's public headers)."""
+    spec = mujoco.MjSpec.from_string(
+        '<mujoco><sensor><contact data="force" reduce="netforce"/></sensor></mujoco>'
+    )
+    return tuple(int(value) for value in spec.sensors[0].intprm)
+
+
+@numba.njit(parallel=True, cache=True)
+def _gather_contact_forces(body_ids, slots, forces, out):
+    """``out[i, k]``: the net contact force on body ``body_ids[k]`` in env ``i``, from the
+    per-slot forces (N, slots, 3) (any float dtype and strides) and the slot of each body."""
+    for i in numba.prange(out.shape[0]):
+        for k in range(body_ids.shape[0]):
+            slot = slots[body_ids[k]]
+            for c in range(3):
+                value = 0.0
+                if slot >= 0:
+                    value = forces[i, slot, c]
+                elif slot == WORLD_CONTACT:
+                    for other in range(forces.shape[1]):
+                        value -= forces[i, other, c]
+                out[i, k, c] = value
