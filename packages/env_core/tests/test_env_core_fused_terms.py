@@ -158,3 +158,13 @@ def test_build_logs_every_step_with_milliseconds(caplog):
     for step in (r"resolve plan: [\d.]+ ms", r"bind: [\d.]+ ms, warm up: [\d.]+ ms"):
         assert re.search(step, text), step
     assert re.search(r"plan [0-9a-f]+: (in-process cache hit|disk cache|cache miss)", text)
+
+
+def test_state_buffers_in_another_order_get_another_kernel():
+    state = random_state(16)
+    swapped = {"step": state["step"], "vel": state["vel"]}
+    first = FusedTerms.build(terms_cfg(), state, dt=0.02)
+    second = FusedTerms.build(terms_cfg(), swapped, dt=0.02)  # kernel arguments follow the order
+    assert first.report.key != second.report.key
+    second()
+    np.testing.assert_array_equal(second.buffers.truncated, state["step"] >= 10)

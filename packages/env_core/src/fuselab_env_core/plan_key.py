@@ -35,8 +35,9 @@ def plan_key(plan: Plan) -> str:
         "numba": numba.__version__,
         "codegen": _digest(inspect.getsource(codegen)),
         "jit_options": [sorted(FASTMATH), ERROR_MODEL],
-        "state": {n: [list(s.shape), s.dtype.str] for n, s in plan.state.items()},
-        "workspace": {n: [list(s.shape), s.dtype.str] for n, s in plan.workspace.items()},
+        # Lists, not dicts: the order of buffers is the order of the kernel's arguments.
+        "state": [[n, list(s.shape), s.dtype.str] for n, s in plan.state.items()],
+        "workspace": [[n, list(s.shape), s.dtype.str] for n, s in plan.workspace.items()],
         "slots": plan.slot_names,
         "data": [[a.dtype.str, list(a.shape)] for a in plan.data],
         "terms": [_describe_call(call) for call in plan.terms()],
