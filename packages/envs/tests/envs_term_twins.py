@@ -4,7 +4,7 @@ import numpy as np
 
 from fuselab_env_core.env import time_out  # noqa: F401 - registers the time_out term and twin
 from fuselab_env_core.rotations import np_quat_apply_inverse
-from fuselab_envs.terms import common, velocity
+from fuselab_envs.terms import common, contacts, velocity
 
 
 @common.base_frame.numpy
@@ -47,3 +47,27 @@ velocity.track_ang_vel_z_exp.numpy(
     lambda c, w, std: np.exp(-((c[:, 2] - w[:, 2]) ** 2) / (std * std))
 )
 velocity.velocity_command.numpy(lambda c: c)
+
+
+def _feet_slip(force, lin_vel, num_feet, first_foot_body, threshold):
+    feet = lin_vel[:, first_foot_body : first_foot_body + num_feet, :2]
+    touching = force[:, :num_feet, 2] > threshold
+    return np.sum(np.sum(feet**2, axis=-1) * touching, axis=1)
+
+
+def _foot_clearance(pos, lin_vel, num_feet, first_foot_body, target):
+    feet = slice(first_foot_body, first_foot_body + num_feet)
+    speed = np.linalg.norm(lin_vel[:, feet, :2], axis=-1)
+    return np.sum((pos[:, feet, 2] - target) ** 2 * np.tanh(2.0 * speed), axis=1)
+
+
+contacts.feet_slip.numpy(_feet_slip)
+contacts.foot_clearance.numpy(_foot_clearance)
+contacts.undesired_contacts.numpy(
+    lambda force, num_feet, threshold: np.sum(
+        np.linalg.norm(force[:, num_feet:], axis=-1) > threshold, axis=1
+    ).astype(np.float32)
+)
+contacts.feet_contact.numpy(
+    lambda force, num_feet, threshold: (force[:, :num_feet, 2] > threshold).astype(np.float32)
+)

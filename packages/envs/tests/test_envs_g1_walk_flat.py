@@ -29,6 +29,9 @@ def random_walk_state(rng, n=N_RANDOM, joints=29):
         "max_episode_steps": np.full(n, 1000, np.int32),
         "command": rng.uniform(-1, 1, (n, 3)).astype(np.float32),
         "default_joint_pos": np.tile(rng.normal(0, 0.3, joints).astype(np.float32), (n, 1)),
+        "contact_force_w": np.where(
+            rng.random((n, 6, 1)) < 0.5, rng.normal(0, 50, (n, 6, 3)), 0.0
+        ).astype(np.float32),
     }
 
 
@@ -63,7 +66,7 @@ def test_every_term_matches_its_numpy_twin(seed):
     assert 0 < f.terminated.mean() < 1 and 0 < f.truncated.mean() < 1
     for group in f.obs:
         np.testing.assert_allclose(f.obs[group], o.obs[group], rtol=1e-5, atol=1e-6)
-    assert f.obs["actor"].shape == (N_RANDOM, 96) and f.obs["critic"].shape == (N_RANDOM, 99)
+    assert f.obs["actor"].shape == (N_RANDOM, 96) and f.obs["critic"].shape == (N_RANDOM, 101)
 
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp", "motrix"])

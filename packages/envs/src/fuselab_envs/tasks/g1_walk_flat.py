@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 import fuselab_envs.terms.common  # noqa: F401 - registers the terms the config names
+import fuselab_envs.terms.contacts  # noqa: F401
 import fuselab_envs.terms.velocity  # noqa: F401
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
@@ -25,6 +26,15 @@ from fuselab_envs.g1 import ACTION_SCALE, DEFAULT_JOINT_POS, STANDING_PELVIS_HEI
 log = logging.getLogger(__name__)
 
 BODIES = ("pelvis", "torso_link", "left_ankle_roll_link", "right_ankle_roll_link")
+# Feet first (the contact terms' convention), then the bodies that should never touch down.
+CONTACT_BODIES = (
+    "left_ankle_roll_link",
+    "right_ankle_roll_link",
+    "left_knee_link",
+    "right_knee_link",
+    "left_wrist_yaw_link",
+    "right_wrist_yaw_link",
+)
 SOFT_LIMIT_FRACTION = 0.9  # joint_pos_limits penalizes the outer 10% of each range
 
 
@@ -80,7 +90,7 @@ class G1WalkFlat(FusedEnv):
         self._qvel = np.zeros((n, facts.nv), np.float32)
         super().__init__(
             backend,
-            Entity(backend, BODIES),
+            Entity(backend, BODIES, contact_body_names=CONTACT_BODIES),
             with_robot_arrays(terms, self.robot_arrays()),
             decimation=decimation,
             episode_length_s=episode_length_s,
