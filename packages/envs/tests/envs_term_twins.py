@@ -71,3 +71,18 @@ contacts.undesired_contacts.numpy(
 contacts.feet_contact.numpy(
     lambda force, num_feet, threshold: (force[:, :num_feet, 2] > threshold).astype(np.float32)
 )
+
+
+@contacts.feet_air_timer.numpy
+def _(force, dt, air_time, last_air_time, first_contact, num_feet, threshold):
+    touching = force[:, :num_feet, 2] > threshold
+    landed = touching & (air_time > 0)
+    first_contact[:] = landed
+    last_air_time[:] = np.where(landed, air_time + dt, last_air_time)
+    air_time[:] = np.where(touching, 0.0, air_time + dt)
+
+
+@contacts.feet_air_time.numpy
+def _(first_contact, last_air_time, command, threshold_s, min_command):
+    moving = np.sum(command[:, :2] ** 2, axis=1) >= min_command * min_command
+    return np.sum((last_air_time - threshold_s) * first_contact, axis=1) * moving

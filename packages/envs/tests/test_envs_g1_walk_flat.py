@@ -58,9 +58,14 @@ def test_every_term_matches_its_numpy_twin(seed):
     oracle = NumpyTerms(fused.plan, state)
     fused.sample_noise(rng)
     oracle.buffers.noise["actor"][:] = fused.buffers.noise["actor"]
-    fused()
-    oracle()
+    for _ in range(3):  # the feet timers carry state from step to step
+        state["contact_force_w"][:] = np.where(
+            rng.random((N_RANDOM, 6, 1)) < 0.5, rng.normal(0, 50, (N_RANDOM, 6, 3)), 0.0
+        )
+        fused()
+        oracle()
     f, o = fused.buffers, oracle.buffers
+    assert f.workspace["feet_first_contact"].any() and f.workspace["feet_air_time"].any()
     np.testing.assert_allclose(f.reward_terms, o.reward_terms, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(f.termination_terms, o.termination_terms)
     assert 0 < f.terminated.mean() < 1 and 0 < f.truncated.mean() < 1

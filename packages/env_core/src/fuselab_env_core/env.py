@@ -139,7 +139,7 @@ class FusedEnv:
     def reset_all(self) -> dict[str, np.ndarray]:
         self._reset(np.arange(self.num_envs))
         self.robot.update()
-        self._run_terms()
+        self._refresh_observations()
         return self.terms.buffers.obs
 
     def step(self, actions: np.ndarray) -> StepResult:
@@ -163,7 +163,7 @@ class FusedEnv:
             info["episode_length"] = float(self.episode_step[done].mean())
             self._reset(done)
             self.robot.update()
-            self._run_terms()  # fresh observations for the reset rows
+            self._refresh_observations()
         info["reset_envs"] = done
         info["terminal_obs"] = self.terminal_obs
         return StepResult(b.obs, self.reward, self.terminated, self.truncated, info)
@@ -188,6 +188,12 @@ class FusedEnv:
     def _run_terms(self) -> None:
         self.terms.sample_noise(self.rng)
         self.terms()
+
+    def _refresh_observations(self) -> None:
+        """Run the kernel again for the reset rows' fresh observations, with dt = 0: the step's
+        rewards are already copied out, and timers kept by preamble terms tick once per step."""
+        self.terms.sample_noise(self.rng)
+        self.terms.run_without_time()
 
     def _reset(self, env_ids: np.ndarray) -> None:
         qpos, qvel = self.reset_state(env_ids)

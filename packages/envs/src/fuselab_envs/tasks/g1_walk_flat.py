@@ -127,6 +127,10 @@ class G1WalkFlat(FusedEnv):
 
     def on_reset(self, env_ids):
         self._resample(env_ids)
+        workspace = self.terms.buffers.workspace
+        for timer in ("feet_air_time", "feet_last_air_time", "feet_first_contact"):
+            if timer in workspace:  # the preamble's persistent timers start a new episode at 0
+                workspace[timer][env_ids] = 0.0
 
     def advance(self):
         self._steps_to_resample -= 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from fuselab_env_core.terms import observation, reward
+from fuselab_env_core.terms import observation, preamble, reward
 
 
 @reward()
@@ -67,3 +67,52 @@ def feet_contact(i, out, col, contact_force_w, num_feet: int = 2, force_threshol
     """1.0 for each foot pressing on the ground, else 0.0."""
     for f in range(num_feet):
         out[i, col + f] = 1.0 if contact_force_w[i, f, 2] > force_threshold_n else 0.0
+
+
+@preamble(
+    outputs={
+        "feet_air_time": lambda shapes, params: (params["num_feet"],),
+        "feet_last_air_time": lambda shapes, params: (params["num_feet"],),
+        "feet_first_contact": lambda shapes, params: (params["num_feet"],),
+    }
+)
+def feet_air_timer(
+    i,
+    contact_force_w,
+    dt,
+    feet_air_time,
+    feet_last_air_time,
+    feet_first_contact,
+    num_feet: int = 2,
+    force_threshold_n: float = 1.0,
+):
+    """Per-foot timers that persist across steps (the workspace keeps them): time in the air,
+    the length of the last flight, and whether the foot touched down this step. The env zeroes
+    them on reset; its observation refresh after resets runs with dt = 0, so they tick once."""
+    for f in range(num_feet):
+        touching = contact_force_w[i, f, 2] > force_threshold_n
+        air = feet_air_time[i, f]
+        landed = touching and air > 0.0
+        feet_first_contact[i, f] = 1.0 if landed else 0.0
+        if landed:
+            feet_last_air_time[i, f] = air + dt
+        feet_air_time[i, f] = 0.0 if touching else air + dt
+
+
+@reward()
+def feet_air_time(
+    i,
+    feet_first_contact,
+    feet_last_air_time,
+    command,
+    threshold_s: float = 0.4,
+    min_command: float = 0.1,
+):
+    """At each touchdown, how much longer than ``threshold_s`` the flight was; zero when the
+    command asks to stand (legged_gym's air-time reward)."""
+    if command[i, 0] * command[i, 0] + command[i, 1] * command[i, 1] < min_command * min_command:
+        return 0.0
+    total = 0.0
+    for f in range(feet_first_contact.shape[1]):
+        total += (feet_last_air_time[i, f] - threshold_s) * feet_first_contact[i, f]
+    return total
