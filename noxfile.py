@@ -14,7 +14,7 @@ ROOT = Path(__file__).parent
 # Install order follows the layers: each package depends only on the ones before it.
 PACKAGES = ["env_core", "sim_backends", "envs", "rl"]
 EXTRAS = {"sim_backends": "[mjwarp,motrix]"}  # every backend is tested
-TEST_TOOLS = ["pytest>=8"]
+TEST_TOOLS = ["pytest>=8", "matplotlib>=3.8"]  # matplotlib: the bench report the tests check
 # One kernel cache per checkout, shared by every session and test subprocess of a run.
 CACHE_ENV = {
     "FUSELAB_CACHE_DIR": str(ROOT / ".cache" / "fuselab"),
@@ -46,7 +46,8 @@ def test_all(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Every benchmark suite; pass e.g. `-- core --quick` to choose."""
     install_packages(session, PACKAGES)
-    args = session.posargs or ["--json", "bench_results/bench.json"]
+    session.install("matplotlib")
+    args = session.posargs or ["--json", "bench_results/bench.json", "--report", "bench_results"]
     session.run("python", "tools/bench.py", *args, env=CACHE_ENV)
 
 

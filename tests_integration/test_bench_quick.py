@@ -11,7 +11,7 @@ BENCH = Path(__file__).parents[1] / "tools" / "bench.py"
 def test_bench_quick_writes_a_valid_report(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
+        [sys.executable, str(BENCH), "--quick", "--json", str(out), "--report", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -24,6 +24,11 @@ def test_bench_quick_writes_a_valid_report(tmp_path):
     assert core["startup"]["warm"]["compiled"] is False
     assert core["fused_vs_numpy"]["speedup"] > 1.0
     assert "fused kernel vs NumPy runtime" in done.stdout
+    report_md = (tmp_path / "report.md").read_text()
+    for section in ("## core", "## backends", "## walk", "step_time_vs_n.png"):
+        assert section in report_md
+    for plot in ("step_time_vs_n.png", "term_groups.png", "walk_stages.png"):
+        assert (tmp_path / plot).stat().st_size > 5000  # a real picture, not an empty file
 
 
 def test_bench_rejects_an_unknown_suite():

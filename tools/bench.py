@@ -92,7 +92,27 @@ def bench_core(args) -> dict:
         "overhead_pct": (slots_ms / baked_ms - 1.0) * 100.0,
         "reference_pct": 10.0,
     }
+    results["term_groups"] = _term_groups(state, warmup, measure, repeats)
     results["startup"] = _startup_cold_vs_warm()
+    return results
+
+
+def _term_groups(state: dict, warmup: int, measure: int, repeats: int) -> dict:
+    """Fused vs NumPy for each term group of the tracking-shaped plan (each with the preamble)."""
+    full = synthetic.task_terms()
+    groups = {
+        "preamble": {"preamble": full["preamble"]},
+        "rewards": {"preamble": full["preamble"], "rewards": full["rewards"]},
+        "terminations": {"preamble": full["preamble"], "terminations": full["terminations"]},
+        "observations": {"preamble": full["preamble"], "observations": full["observations"]},
+    }
+    results = {}
+    for name, cfg in groups.items():
+        fused = FusedTerms.build(cfg, state, dt=0.02)
+        ms = time_side_by_side(
+            {"fused": fused, "numpy": NumpyTerms(fused.plan, state)}, warmup, measure, repeats
+        )
+        results[name] = {**ms, "speedup": ms["numpy"] / ms["fused"]}
     return results
 
 
@@ -217,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "suites", nargs="*", default=list(SUITES), help=f"any of {', '.join(SUITES)}"
     )
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--report", type=Path, help="write report.md and PNG plots to this folder")
     parser.add_argument("--num-envs", type=int, default=8192)
     parser.add_argument("--physics-envs", type=int, default=4096, help="N of physics throughput")
     parser.add_argument("--warp-envs", type=int, default=256, help="N of MuJoCo Warp throughput")
@@ -230,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     for suite in args.suites:
         if suite not in SUITES:
             parser.error(f"unknown suite {suite!r}; choose from {', '.join(SUITES)}")
+    args.quick = bool(args.quick)
     if args.quick:
         args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
         args.physics_envs, args.warp_envs = 64, 8
@@ -270,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))
         print(f"\nwrote {args.json}")
+    if args.report:
+        from bench_report import write_report
+
+        rows = {name: suite_rows for name, (_, suite_rows) in SUITES.items()}
+        print(f"wrote {write_report(report, rows, args.report)}")
     return 0
 
 

@@ -26,7 +26,29 @@ def bench_backends(args) -> dict:
         "copy_body_state_w": _copy(args),
         "mujoco_physics": _physics(args),
         "mjwarp_physics": _warp(args),
+        "step_ms_vs_num_envs": _sweep(args),
     }
+
+
+def _sweep(args) -> dict:
+    """Control-step time of each backend over a range of N (the scaling plot of the report)."""
+    from fuselab_sim_backends.mjwarp import MjWarpBackend
+
+    sizes = {
+        "mujoco": (16, 64) if args.quick else (256, 1024, 4096),
+        "mjwarp": (4, 8) if args.quick else (8, 32, 128),
+    }
+    makers = {"mujoco": MujocoBackend, "mjwarp": MjWarpBackend}
+    results: dict = {}
+    for backend, ns in sizes.items():
+        for n in ns:
+            sim = makers[backend](G1_XML_PATH, n)
+            _stand(sim)
+            ms = time_side_by_side({"step": lambda sim=sim: sim.step(DECIMATION)}, 1, 3, repeats=1)
+            results[f"{backend}_{n}"] = {"backend": backend, "num_envs": n, "step_ms": ms["step"]}
+            if hasattr(sim, "close"):
+                sim.close()
+    return results
 
 
 def _copy(args) -> dict:

@@ -24,28 +24,26 @@ def bench_walk(args) -> dict:
     env = fuselab_envs.make("g1_walk_flat", num_envs=n, backend="mujoco")
     rng = np.random.default_rng(0)
     actions = rng.uniform(-0.5, 0.5, (n, env.backend.model.nu)).astype(np.float32)
-    physics_s = [0.0]
-    step_physics = env.backend.step
-
-    def timed_physics(substeps):
-        started = time.perf_counter()
-        step_physics(substeps)
-        physics_s[0] += time.perf_counter() - started
-
-    env.backend.step = timed_physics  # type: ignore[method-assign]
+    stages = {"physics": 0.0, "body copy": 0.0, "fused kernel": 0.0}
+    originals = _time_stages(env, stages)
     for _ in range(args.warmup):
         env.step(actions)
     steps = args.walk_steps
-    totals, shares = [], []
+    totals, shares, stage_shares = [], [], []
     for _ in range(args.repeats):
-        physics_s[0] = 0.0
+        stages.update(dict.fromkeys(stages, 0.0))
         started = time.perf_counter()
         for _ in range(steps):
             env.step(actions)
         total = time.perf_counter() - started
         totals.append(total)
-        shares.append(1.0 - physics_s[0] / total)
-    env.backend.step = step_physics  # type: ignore[method-assign]
+        shares.append(1.0 - stages["physics"] / total)
+        other = total - sum(stages.values())
+        stage_shares.append(
+            {**{k: v / total for k, v in stages.items()}, "rest (Python)": other / total}
+        )
+    for target, name, original in originals:
+        setattr(target, name, original)
 
     oracle = NumpyTerms(env.terms.plan, env.terms.state)
     ms = time_side_by_side(
@@ -60,12 +58,37 @@ def bench_walk(args) -> dict:
             "non_physics_share_pct": float(np.median(shares)) * 100.0,
             "goal_non_physics_pct": 5.0,
         },
+        "stage_share_pct": {
+            stage: float(np.median([r[stage] for r in stage_shares])) * 100.0
+            for stage in stage_shares[0]
+        },
         "update_state": {
             "fused_ms": ms["fused"],
             "numpy_ms": ms["numpy"],
             "speedup": ms["numpy"] / ms["fused"],
         },
     }
+
+
+def _time_stages(env, stages: dict) -> list:
+    """Wrap the step's stages with timers; returns what to restore."""
+    targets = [
+        (env.backend, "step", "physics"),
+        (env.robot, "update", "body copy"),
+        (env.terms, "kernel", "fused kernel"),
+    ]
+    originals = []
+    for target, name, stage in targets:
+        original = getattr(target, name)
+        originals.append((target, name, original))
+
+        def timed(*a, _original=original, _stage=stage):
+            started = time.perf_counter()
+            _original(*a)
+            stages[_stage] += time.perf_counter() - started
+
+        setattr(target, name, timed)
+    return originals
 
 
 def walk_rows(results: dict) -> list[tuple[str, str, str]]:
