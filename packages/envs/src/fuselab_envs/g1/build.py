@@ -6,12 +6,15 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 import mujoco
 
 from fuselab_envs.g1 import G1_XML_PATH
 from fuselab_envs.g1 import table as t
+
+log = logging.getLogger(__name__)
 
 TIMESTEP = 0.005  # 200 Hz physics
 MODEL_NAME = "g1_29dof"
@@ -158,10 +161,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=G1_XML_PATH, help="MJCF file to write")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     spec = build_g1_spec()
     spec.compile()
     args.out.write_text(spec.to_xml())
-    print(f"wrote {args.out}")
+    log.info("wrote %s", args.out)
 
 
 if __name__ == "__main__":
