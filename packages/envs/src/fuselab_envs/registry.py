@@ -77,10 +77,18 @@ def make(task: str, overrides: Sequence[str] = (), **values: Any):
     """Build the env of ``task``; ``values`` are overrides too (``num_envs=256``)."""
     started = time.perf_counter()
     cfg = compose(task, [*overrides, *(f"{key}={_hydra_value(v)}" for key, v in values.items())])
-    backend = make_backend(cfg)
-    env = TASKS[task](cfg, backend)
+    env = make_env(cfg)
     log.info("make %s on %s: %.1f ms", task, cfg.backend, (time.perf_counter() - started) * 1e3)
     return env
+
+
+def make_env(cfg: DictConfig):
+    """Build the env a composed config describes (its ``task_name``, ``backend``, ...)."""
+    if cfg.task_name not in TASKS:
+        raise KeyError(
+            f"task_name: unknown task {cfg.task_name!r}; known: {', '.join(list_tasks())}"
+        )
+    return TASKS[cfg.task_name](cfg, make_backend(cfg))
 
 
 def make_backend(cfg: DictConfig) -> SimBackend:
