@@ -102,7 +102,7 @@ def test_overrides_compose_and_reach_the_env():
     )
     assert cfg.backend == "mjwarp" and cfg.num_envs == 8
     assert cfg.rewards.track_lin_vel.weight == 1.5
-    assert fuselab_envs.list_tasks() == ["g1_walk_flat"]
+    assert "g1_walk_flat" in fuselab_envs.list_tasks()
 
 
 def test_bad_override_unknown_task_and_missing_file_are_named():

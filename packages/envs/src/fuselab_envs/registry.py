@@ -10,6 +10,7 @@ import difflib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,7 @@ BACKENDS = ("mujoco", "mjwarp", "motrix")
 def _g1_walk_flat(cfg: DictConfig, backend: SimBackend):
     from fuselab_envs.tasks.g1_walk_flat import CommandCfg, EventCfg, G1WalkFlat
 
-    terms = {
-        section: OmegaConf.to_container(cfg[section], resolve=True)
-        for section in ("preamble", "rewards", "terminations", "observations")
-    }
+    terms = _terms(cfg)
     commands = OmegaConf.to_container(cfg.commands, resolve=True)
     return G1WalkFlat(
         backend,
@@ -48,7 +46,47 @@ def _g1_walk_flat(cfg: DictConfig, backend: SimBackend):
     )
 
 
-TASKS: dict[str, Callable[[DictConfig, SimBackend], Any]] = {"g1_walk_flat": _g1_walk_flat}
+def _cartpole(cfg: DictConfig, backend: SimBackend):
+    from fuselab_envs.tasks.cartpole import Cartpole
+
+    return Cartpole(
+        backend,
+        _terms(cfg),
+        reset_noise=cfg.env.reset_noise,
+        decimation=cfg.env.decimation,
+        episode_length_s=cfg.env.episode_length_s,
+        num_threads=cfg.num_threads,
+        seed=cfg.seed,
+    )
+
+
+def _terms(cfg: DictConfig) -> dict:
+    sections = ("preamble", "rewards", "terminations", "observations")
+    return {s: OmegaConf.to_container(cfg[s], resolve=True) for s in sections if s in cfg}
+
+
+@dataclass(frozen=True)
+class Task:
+    build: Callable[[DictConfig, SimBackend], Any]
+    model: Callable[[], Path]  # the embedded MJCF the task runs on unless robot.mjcf names one
+
+
+def _g1_model() -> Path:
+    from fuselab_envs.g1 import G1_XML_PATH
+
+    return G1_XML_PATH
+
+
+def _cartpole_model() -> Path:
+    from fuselab_envs.cartpole import CARTPOLE_XML_PATH
+
+    return CARTPOLE_XML_PATH
+
+
+TASKS: dict[str, Task] = {
+    "g1_walk_flat": Task(_g1_walk_flat, _g1_model),
+    "cartpole": Task(_cartpole, _cartpole_model),
+}
 
 
 def list_tasks() -> list[str]:
@@ -88,13 +126,11 @@ def make_env(cfg: DictConfig):
         raise KeyError(
             f"task_name: unknown task {cfg.task_name!r}; known: {', '.join(list_tasks())}"
         )
-    return TASKS[cfg.task_name](cfg, make_backend(cfg))
+    return TASKS[cfg.task_name].build(cfg, make_backend(cfg))
 
 
 def make_backend(cfg: DictConfig) -> SimBackend:
-    from fuselab_envs.g1 import G1_XML_PATH
-
-    mjcf = Path(cfg.robot.mjcf) if cfg.robot.mjcf else G1_XML_PATH
+    mjcf = Path(cfg.robot.mjcf) if cfg.robot.mjcf else TASKS[cfg.task_name].model()
     if cfg.backend == "mujoco":
         from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 
