@@ -3,8 +3,16 @@
 import numpy as np
 
 from fuselab_env_core.env import time_out  # noqa: F401 - registers the time_out term and twin
-from fuselab_env_core.rotations import np_quat_apply_inverse
-from fuselab_envs.terms import common, contacts, velocity
+from fuselab_env_core.rotations import (
+    np_matrix_first_two_columns,
+    np_quat_apply,
+    np_quat_apply_inverse,
+    np_quat_conjugate,
+    np_quat_error_angle,
+    np_quat_mul,
+    np_yaw_quat,
+)
+from fuselab_envs.terms import common, contacts, tracking, velocity
 
 
 @common.base_frame.numpy
@@ -86,3 +94,91 @@ def _(force, dt, air_time, last_air_time, first_contact, num_feet, threshold):
 def _(first_contact, last_air_time, command, threshold_s, min_command):
     moving = np.sum(command[:, :2] ** 2, axis=1) >= min_command * min_command
     return np.sum((last_air_time - threshold_s) * first_contact, axis=1) * moving
+
+
+# -- motion tracking ------------------------------------------------------------------------------
+
+
+@tracking.motion_reference.numpy
+def _(frame, ref_q, ref_qd, ref_pos, ref_quat, ref_lin, ref_ang, q, qd, pos, quat, lin, ang):
+    for out, clip in ((ref_q, q), (ref_qd, qd), (ref_pos, pos), (ref_quat, quat)):
+        out[:] = clip[frame]
+    ref_lin[:], ref_ang[:] = lin[frame], ang[frame]
+
+
+@tracking.motion_anchor_frame.numpy
+def _(
+    pos,
+    quat,
+    ref_pos,
+    ref_quat,
+    target_pos,
+    target_quat,
+    anchor_pos_b,
+    anchor_ori_b,
+    sin_half,
+    cos_half,
+    a,
+):
+    robot_q, ref_q = quat[:, a], ref_quat[:, a]
+    delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q)))
+    anchor = np.concatenate([pos[:, a, :2], ref_pos[:, a, 2:]], axis=-1)
+    offsets = ref_pos - ref_pos[:, a : a + 1]
+    target_pos[:] = anchor[:, None] + np_quat_apply(delta[:, None], offsets)
+    target_quat[:] = np_quat_mul(delta[:, None], ref_quat)
+    error = np_quat_mul(np_quat_conjugate(quat), target_quat)
+    sin_half[:] = np.linalg.norm(error[..., 1:], axis=-1)
+    cos_half[:] = np.abs(error[..., 0])
+    anchor_pos_b[:] = np_quat_apply_inverse(robot_q, ref_pos[:, a] - pos[:, a])
+    anchor_ori_b[:] = np_matrix_first_two_columns(np_quat_mul(np_quat_conjugate(robot_q), ref_q))
+
+
+def _mean_squared_error_exp(actual, reference, std):
+    error = np.mean(np.sum((reference - actual) ** 2, axis=-1), axis=-1)
+    return np.exp(-error / (std * std))
+
+
+tracking.motion_anchor_pos_error_exp.numpy(
+    lambda pos, ref, a, std: np.exp(-np.sum((ref[:, a] - pos[:, a]) ** 2, axis=-1) / (std * std))
+)
+tracking.motion_anchor_ori_error_exp.numpy(
+    lambda quat, ref, a, std: np.exp(
+        -(np_quat_error_angle(quat[:, a], ref[:, a]) ** 2) / (std * std)
+    )
+)
+tracking.motion_body_pos_error_exp.numpy(_mean_squared_error_exp)
+tracking.motion_body_ori_error_exp.numpy(
+    lambda s, c, std: np.exp(-np.mean((2 * np.arctan2(s, c)) ** 2, axis=-1) / (std * std))
+)
+tracking.motion_body_lin_vel_error_exp.numpy(_mean_squared_error_exp)
+tracking.motion_body_ang_vel_error_exp.numpy(_mean_squared_error_exp)
+tracking.motion_anchor_height_error.numpy(
+    lambda pos, ref, a, threshold: np.abs(ref[:, a, 2] - pos[:, a, 2]) > threshold
+)
+
+
+def _up(quat):
+    return 1 - 2 * (quat[..., 1] ** 2 + quat[..., 2] ** 2)
+
+
+tracking.motion_anchor_ori_error.numpy(
+    lambda quat, ref, a, threshold: np.abs(_up(ref[:, a]) - _up(quat[:, a])) > threshold
+)
+tracking.motion_body_height_error.numpy(
+    lambda pos, target, ids, threshold: np.any(
+        np.abs(target[:, ids, 2] - pos[:, ids, 2]) > threshold, axis=-1
+    )
+)
+tracking.motion_command.numpy(lambda q, qd: np.concatenate([q, qd], axis=-1))
+tracking.motion_anchor_pos_b.numpy(lambda v: v)
+tracking.motion_anchor_ori_b.numpy(lambda v: v)
+tracking.body_pos_b.numpy(
+    lambda pos, quat, a: np_quat_apply_inverse(quat[:, a : a + 1], pos - pos[:, a : a + 1]).reshape(
+        len(pos), -1
+    )
+)
+tracking.body_ori_b.numpy(
+    lambda quat, a: np_matrix_first_two_columns(
+        np_quat_mul(np_quat_conjugate(quat[:, a : a + 1]), quat)
+    ).reshape(len(quat), -1)
+)

@@ -46,6 +46,36 @@ def _g1_walk_flat(cfg: DictConfig, backend: SimBackend):
     )
 
 
+def _g1_motion_tracking(cfg: DictConfig, backend: SimBackend):
+    from fuselab_envs.motion import DEFAULT_MOTION_PATH, load_motion
+    from fuselab_envs.tasks.g1_motion_tracking import (
+        G1MotionTracking,
+        ResetNoiseCfg,
+        SamplingCfg,
+    )
+
+    facts = backend.model
+    control_fps = 1.0 / (facts.physics_dt * cfg.env.decimation)
+    motion = load_motion(
+        Path(cfg.motion.file) if cfg.motion.file else DEFAULT_MOTION_PATH,
+        joint_names=facts.joint_names,
+        body_names=facts.body_names,
+        fps=control_fps,
+    )
+    return G1MotionTracking(
+        backend,
+        _terms(cfg),
+        motion,
+        sampling=SamplingCfg(**OmegaConf.to_container(cfg.sampling, resolve=True)),  # type: ignore[arg-type]
+        reset_noise=ResetNoiseCfg(**OmegaConf.to_container(cfg.reset_noise, resolve=True)),  # type: ignore[arg-type]
+        clip_end=cfg.motion.clip_end,
+        decimation=cfg.env.decimation,
+        episode_length_s=cfg.env.episode_length_s,
+        num_threads=cfg.num_threads,
+        seed=cfg.seed,
+    )
+
+
 def _cartpole(cfg: DictConfig, backend: SimBackend):
     from fuselab_envs.tasks.cartpole import Cartpole
 
@@ -85,6 +115,7 @@ def _cartpole_model() -> Path:
 
 TASKS: dict[str, Task] = {
     "g1_walk_flat": Task(_g1_walk_flat, _g1_model),
+    "g1_motion_tracking": Task(_g1_motion_tracking, _g1_model),
     "cartpole": Task(_cartpole, _cartpole_model),
 }
 

@@ -1,0 +1,231 @@
+"""G1MotionTracking: terms against their NumPy twins, kinematic replay on every backend, start
+sampling, clip ends, terminal observations."""
+
+import numpy as np
+import pytest
+from envs_term_twins import tracking  # noqa: F401 - attaches the NumPy twins
+from omegaconf import OmegaConf
+
+import fuselab_envs
+from fuselab_env_core.numpy_runtime import NumpyTerms
+from fuselab_env_core.runtime import FusedTerms
+from fuselab_envs.tasks.g1_walk_flat import with_robot_arrays
+
+N_RANDOM = 256
+FRAMES, BODIES, JOINTS = 40, 14, 29
+TRACKING_REWARDS = (
+    "anchor_pos",
+    "anchor_ori",
+    "body_pos",
+    "body_ori",
+    "body_lin_vel",
+    "body_ang_vel",
+)
+STILL = [
+    f"reset_noise.{k}=0.0"
+    for k in (
+        "pos_xy_m",
+        "pos_z_m",
+        "roll_pitch_rad",
+        "yaw_rad",
+        "lin_vel_mps",
+        "ang_vel_radps",
+        "joint_pos_rad",
+    )
+]
+
+
+def unit(q):
+    return (q / np.linalg.norm(q, axis=-1, keepdims=True)).astype(np.float32)
+
+
+def random_clip(rng):
+    return {
+        "motion_joint_pos": rng.normal(0, 0.5, (FRAMES, JOINTS)).astype(np.float32),
+        "motion_joint_vel": rng.normal(0, 2, (FRAMES, JOINTS)).astype(np.float32),
+        "motion_body_pos_w": rng.normal(0, 0.5, (FRAMES, BODIES, 3)).astype(np.float32),
+        "motion_body_quat_w": unit(rng.normal(0, 1, (FRAMES, BODIES, 4))),
+        "motion_body_lin_vel_w": rng.normal(0, 1, (FRAMES, BODIES, 3)).astype(np.float32),
+        "motion_body_ang_vel_w": rng.normal(0, 2, (FRAMES, BODIES, 3)).astype(np.float32),
+    }
+
+
+def random_tracking_state(rng, clip, n=N_RANDOM):
+    """Robot states near the reference of each env's frame, like a tracking policy sees."""
+    frame = rng.integers(0, FRAMES, n).astype(np.int32)
+    near = lambda a, std: (a[frame] + rng.normal(0, std, a[frame].shape)).astype(np.float32)  # noqa: E731
+    quat = near(clip["motion_body_quat_w"], 0.3)
+    quat[: n // 8] = rng.normal(0, 1, (n // 8, BODIES, 4))  # some far off, for the terminations
+    return {
+        "body_pos_w": near(clip["motion_body_pos_w"], 0.15),
+        "body_quat_w": unit(quat),
+        "body_lin_vel_w": near(clip["motion_body_lin_vel_w"], 0.5),
+        "body_ang_vel_w": near(clip["motion_body_ang_vel_w"], 1.0),
+        "joint_pos": near(clip["motion_joint_pos"], 0.3),
+        "joint_vel": near(clip["motion_joint_vel"], 1.0),
+        "contact_force_w": np.where(
+            rng.random((n, 4, 1)) < 0.5, rng.normal(0, 50, (n, 4, 3)), 0.0
+        ).astype(np.float32),
+        "actions": rng.normal(0, 1, (n, JOINTS)).astype(np.float32),
+        "last_actions": rng.normal(0, 1, (n, JOINTS)).astype(np.float32),
+        "episode_step": rng.integers(0, 600, n).astype(np.int32),
+        "max_episode_steps": np.full(n, 500, np.int32),
+        "motion_frame": frame,
+        "default_joint_pos": np.tile(rng.normal(0, 0.3, JOINTS).astype(np.float32), (n, 1)),
+    }
+
+
+def tracking_terms(clip):
+    cfg = fuselab_envs.compose("g1_motion_tracking")
+    terms = {
+        s: OmegaConf.to_container(cfg[s])
+        for s in ("preamble", "rewards", "terminations", "observations")
+    }
+    limits = {"lower": np.full(JOINTS, -0.8, np.float32), "upper": np.full(JOINTS, 0.8, np.float32)}
+    return with_robot_arrays(terms, {**limits, **clip})
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_term_matches_its_numpy_twin(seed):
+    rng = np.random.default_rng(seed)
+    clip = random_clip(rng)
+    state = random_tracking_state(rng, clip)
+    fused = FusedTerms.build(tracking_terms(clip), state, dt=0.02)
+    oracle = NumpyTerms(fused.plan, state)
+    fused.sample_noise(rng)
+    oracle.buffers.noise["actor"][:] = fused.buffers.noise["actor"]
+    fused()
+    oracle()
+    f, o = fused.buffers, oracle.buffers
+    for name in (
+        "target_body_pos_w",
+        "target_body_quat_w",
+        "motion_anchor_pos_b",
+        "motion_anchor_ori_b",
+    ):
+        np.testing.assert_allclose(
+            f.workspace[name], o.workspace[name], rtol=1e-5, atol=1e-5, err_msg=name
+        )
+    np.testing.assert_allclose(f.reward_terms, o.reward_terms, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(f.termination_terms, o.termination_terms)
+    for k in range(f.termination_terms.shape[1] - 1):  # each failure term fires for some rows only
+        assert 0 < f.termination_terms[:, k].mean() < 1, fused.plan.terminations[k].entry
+    for group in f.obs:
+        np.testing.assert_allclose(f.obs[group], o.obs[group], rtol=1e-5, atol=1e-5, err_msg=group)
+    assert f.obs["actor"].shape == (N_RANDOM, 160) and f.obs["critic"].shape == (N_RANDOM, 286)
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mjwarp", "motrix"])
+def test_kinematic_replay_earns_every_tracking_reward(backend):
+    """The robot put exactly on the clip each step: full tracking rewards, no failures."""
+    env = fuselab_envs.make(
+        "g1_motion_tracking",
+        STILL,
+        num_envs=2,
+        backend=backend,
+        num_threads=1,
+        **{"sampling.mode": "uniform"},
+    )
+    b, plan = env.terms.buffers, env.terms.plan
+    index = {c.entry: k for k, c in enumerate(plan.rewards)}
+    weights = fuselab_envs.compose("g1_motion_tracking").rewards
+    for _ in range(30):
+        qpos, qvel = env.reference_state(env.motion_frame)
+        env.backend.reset_envs(np.arange(2), qpos, qvel)
+        env.robot.update()
+        env.terms()
+        for name in TRACKING_REWARDS:
+            value = b.reward_terms[:, index[name]] / (env.step_dt * weights[name].weight)
+            floor = 0.97 if "vel" in name else 0.999  # velocities: finite differences of the clip
+            assert (value > floor).all(), (name, value)
+        assert not b.terminated.any() and not b.truncated.any()
+        np.testing.assert_allclose(b.workspace["motion_anchor_pos_b"], 0.0, atol=2e-4)
+        np.testing.assert_allclose(b.workspace["body_ori_error_sin_half"], 0.0, atol=2e-4)
+        env.motion_frame[:] = np.minimum(env.motion_frame + 1, env.num_frames - 1)
+
+
+def test_adaptive_sampling_starts_more_often_where_envs_fail():
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=4, num_threads=1)
+    uniform = env.sample_start_frames(4000)
+    assert np.histogram(uniform, env.num_bins, (0, env.num_frames))[0].min() > 0
+    env.bin_failures[:] = 0.0
+    env.bin_failures[6] = 1.0  # every failure so far happened in the seventh second
+    frames = env.sample_start_frames(4000)
+    counts = np.bincount(frames * env.num_bins // env.num_frames, minlength=env.num_bins)
+    assert counts[6] > 0.3 * 4000 and counts[6] > 5 * np.median(counts)
+    assert counts[5] > counts[4]  # the seconds leading up to a failure are raised too
+    assert counts.min() > 0  # the uniform share keeps every bin alive
+
+
+def test_failures_are_counted_in_the_bin_of_the_failing_frame():
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=4, num_threads=1)
+    env.bin_failures[:] = 0.0
+    env.motion_frame[:] = [10, 10, 260, 400]
+    env.terminated[:] = [True, False, True, False]
+    env.truncated[:] = False
+    env._count_failures()
+    failed_bins = np.flatnonzero(env.bin_failures)
+    assert list(failed_bins) == [
+        10 * env.num_bins // env.num_frames,
+        260 * env.num_bins // env.num_frames,
+    ]
+
+
+@pytest.mark.parametrize("clip_end", ["truncate", "resample"])
+def test_clip_end(clip_end):
+    env = fuselab_envs.make(
+        "g1_motion_tracking",
+        STILL,
+        num_envs=3,
+        num_threads=1,
+        **{"motion.clip_end": clip_end, "env.episode_length_s": 30.0},
+    )
+    env.motion_frame[:] = env.num_frames - 2
+    qpos, qvel = env.reference_state(env.motion_frame)
+    env.backend.reset_envs(np.arange(3), qpos, qvel)
+    steps_before = env.episode_step.copy()
+    hold = (env.robot.joint_pos - env.default_pose) / env.action_scale
+    first = env.step(hold.astype(np.float32))
+    assert not first.truncated.any()
+    second = env.step(hold.astype(np.float32))
+    if clip_end == "truncate":
+        assert second.truncated.all()
+        assert (env.episode_step == 0).all()
+    else:
+        assert not second.truncated.any() and not second.terminated.any()
+        assert (env.episode_step == steps_before + 2).all()  # the episode goes on
+        assert (env.motion_frame < env.num_frames - 1).all()
+        qpos, _ = env.reference_state(env.motion_frame)
+        np.testing.assert_allclose(env.robot.qpos, qpos, atol=1e-5)  # teleported onto the clip
+
+
+def test_terminated_rows_keep_their_final_observation():
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=4, num_threads=1)
+    before_reset = {}
+    original_reset = env._reset
+
+    def snapshot_then_reset(env_ids):
+        before_reset.update(
+            {g: (env_ids.copy(), o[env_ids].copy()) for g, o in env.terms.buffers.obs.items()}
+        )
+        original_reset(env_ids)
+
+    env._reset = snapshot_then_reset
+    qpos, qvel = env.robot.qpos.copy(), env.robot.qvel.copy()
+    qpos[1, 2] -= 0.5  # env 1 sinks: anchor height error
+    env.backend.reset_envs(np.arange(4), qpos, qvel)
+    result = env.step(np.zeros((4, 29), np.float32))
+    assert result.terminated[1]
+    for group, (rows, obs) in before_reset.items():
+        assert 1 in rows
+        np.testing.assert_array_equal(result.info["terminal_obs"][group][rows], obs)
+        assert not np.array_equal(result.obs[group][rows], obs)  # the new episode's observation
+
+
+def test_bad_task_settings_are_named():
+    with pytest.raises(
+        ValueError, match="sampling.mode: expected one of start, uniform, adaptive, got 'often'"
+    ):
+        fuselab_envs.make("g1_motion_tracking", num_envs=2, **{"sampling.mode": "often"})
+    with pytest.raises(ValueError, match="clip_end: expected one of truncate, resample"):
+        fuselab_envs.make("g1_motion_tracking", num_envs=2, **{"motion.clip_end": "loop"})
