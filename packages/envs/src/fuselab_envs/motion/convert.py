@@ -1,0 +1,335 @@
+"""From root and joint trajectories to motion clips: forward kinematics, velocities, CSV files.
+
+The retargeted-CSV layout (LAFAN1 / Unitree retargeting) has one row per frame, comma separated,
+no header: root x, y, z, root quaternion x, y, z, w, then the joint angles in the model's joint
+order. :func:`convert_csv` reads it, resamples it, runs MuJoCo forward kinematics per frame for
+the body states and differentiates for the velocities; :func:`write_motion_csv` writes a clip back.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import warnings
+from pathlib import Path
+
+import mujoco
+import numpy as np
+from tqdm import tqdm
+
+from fuselab_envs.g1 import G1_XML_PATH
+from fuselab_envs.motion.clip import (
+    MIN_FRAMES,
+    MotionClip,
+    MotionFileError,
+    lerp_frames,
+    quat_conjugate,
+    quat_mul,
+    quat_rotate,
+    quat_to_rotvec,
+    resample_grid,
+    slerp_frames,
+)
+from fuselab_sim_backends.model import model_facts
+
+log = logging.getLogger(__name__)
+
+CSV_ROOT_COLUMNS = 7  # root x, y, z, then the root quaternion x, y, z, w
+DEFAULT_OUTPUT_FPS = 50.0
+FOOT_SITES = ("left_foot", "right_foot")
+
+
+@functools.lru_cache(maxsize=4)
+def load_model(path: str | Path = G1_XML_PATH) -> mujoco.MjModel:
+    """The MuJoCo model clips are computed on (the project's G1 by default); read-only use."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model: no MJCF file at {str(path)!r}")
+    return mujoco.MjModel.from_xml_path(str(path))
+
+
+def _floating_base_check(model: mujoco.MjModel) -> None:
+    free = int(mujoco.mjtJoint.mjJNT_FREE)
+    if model.njnt == 0 or model.jnt_type[0] != free or model.jnt_qposadr[0] != 0:
+        raise ValueError("model: expected a floating base (free joint) as the model's first joint")
+
+
+# ---------------------------------------------------------------------------------------------
+# Kinematics
+# ---------------------------------------------------------------------------------------------
+
+
+def forward_kinematics(
+    model: mujoco.MjModel,
+    root_pos: np.ndarray,
+    root_quat: np.ndarray,
+    joint_pos: np.ndarray,
+    *,
+    progress: bool | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """World positions and (w, x, y, z) orientations of every body but 'world', per frame.
+
+    ``root_quat`` is (w, x, y, z); ``joint_pos`` follows the model's hinge joints in model order.
+    Returns float64 arrays (T, nbody - 1, 3) and (T, nbody - 1, 4).
+    """
+    _floating_base_check(model)
+    facts = model_facts(model)
+    num_frames = root_pos.shape[0]
+    qpos = np.tile(model.qpos0, (num_frames, 1))
+    qpos[:, 0:3] = root_pos
+    qpos[:, 3:7] = root_quat
+    qpos[:, facts.joint_qpos_adr] = joint_pos
+    data = mujoco.MjData(model)
+    body_pos = np.empty((num_frames, model.nbody - 1, 3))
+    body_quat = np.empty((num_frames, model.nbody - 1, 4))
+    disable = None if progress is None else not progress
+    for k in tqdm(range(num_frames), desc="kinematics", unit="frame", disable=disable):
+        data.qpos[:] = qpos[k]
+        mujoco.mj_kinematics(model, data)
+        body_pos[k] = data.xpos[1:]
+        body_quat[k] = data.xquat[1:]
+    return body_pos, body_quat
+
+
+def finite_difference(x: np.ndarray, dt: float) -> np.ndarray:
+    """d/dt along frames: central differences inside, one-sided at the two ends."""
+    return np.gradient(x, dt, axis=0)
+
+
+def angular_velocity_w(quat: np.ndarray, dt: float) -> np.ndarray:
+    """World-frame angular velocity from (w, x, y, z) orientations per frame, (T, ..., 3).
+
+    q(t + h) = exp(w h) q(t) in the world frame, so w is the rotation vector of
+    q(t + h) q(t - h)^-1 over 2h (central), or of q(t + h) q(t)^-1 over h at the ends.
+    """
+    omega = np.empty((*quat.shape[:-1], 3))
+    omega[1:-1] = quat_to_rotvec(quat_mul(quat[2:], quat_conjugate(quat[:-2]))) / (2.0 * dt)
+    omega[0] = quat_to_rotvec(quat_mul(quat[1], quat_conjugate(quat[0]))) / dt
+    omega[-1] = quat_to_rotvec(quat_mul(quat[-1], quat_conjugate(quat[-2]))) / dt
+    return omega
+
+
+def clip_from_trajectory(
+    model: mujoco.MjModel,
+    *,
+    fps: float,
+    root_pos: np.ndarray,
+    root_quat: np.ndarray,
+    joint_pos: np.ndarray,
+    source: str = "<memory>",
+    progress: bool | None = None,
+) -> MotionClip:
+    """A clip from per-frame root poses and joint angles (model order): FK, finite differences."""
+    body_pos, body_quat = forward_kinematics(
+        model, root_pos, root_quat, joint_pos, progress=progress
+    )
+    dt = 1.0 / fps
+    facts = model_facts(model)
+    return MotionClip(
+        fps=float(fps),
+        joint_names=facts.joint_names,
+        body_names=facts.body_names[1:],
+        joint_pos=joint_pos.astype(np.float32),
+        joint_vel=finite_difference(joint_pos, dt).astype(np.float32),
+        body_pos_w=body_pos.astype(np.float32),
+        body_quat_w=body_quat.astype(np.float32),
+        body_lin_vel_w=finite_difference(body_pos, dt).astype(np.float32),
+        body_ang_vel_w=angular_velocity_w(body_quat, dt).astype(np.float32),
+        source=source,
+    )
+
+
+def lowest_foot_points(
+    model: mujoco.MjModel,
+    body_names: tuple[str, ...],
+    body_pos_w: np.ndarray,
+    body_quat_w: np.ndarray,
+) -> np.ndarray:
+    """Height of the lowest point of each foot per frame, (T, feet), from body poses.
+
+    The feet are the collision geoms (boxes, spheres or capsules) of the bodies that carry the
+    model's foot sites.
+    """
+    heights = []
+    for site in FOOT_SITES:
+        site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
+        if site_id < 0:
+            raise ValueError(f"model: expected foot sites {FOOT_SITES}, {site!r} is missing")
+        body_id = int(model.site_bodyid[site_id])
+        body_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body_id)
+        column = body_names.index(body_name)
+        geoms = [
+            g
+            for g in range(model.ngeom)
+            if model.geom_bodyid[g] == body_id
+            and (model.geom_contype[g] or model.geom_conaffinity[g])
+        ]
+        if not geoms:
+            raise ValueError(f"model: foot body {body_name!r} has no collision geom")
+        foot = np.full(body_pos_w.shape[0], np.inf)
+        for g in geoms:
+            points, radius = _support_points(model, g)  # in the body frame
+            world = body_pos_w[:, None, column] + quat_rotate(
+                body_quat_w[:, None, column].astype(np.float64), points[None]
+            )
+            foot = np.minimum(foot, world[..., 2].min(axis=1) - radius)
+        heights.append(foot)
+    return np.stack(heights, axis=1)
+
+
+def _support_points(model: mujoco.MjModel, geom: int) -> tuple[np.ndarray, float]:
+    """Points whose lowest one, less a radius, is the geom's lowest point (body frame)."""
+    size = model.geom_size[geom]
+    kind = int(model.geom_type[geom])
+    if kind == int(mujoco.mjtGeom.mjGEOM_BOX):
+        signs = np.array(np.meshgrid([-1.0, 1.0], [-1.0, 1.0], [-1.0, 1.0])).reshape(3, -1).T
+        local, radius = signs * size, 0.0
+    elif kind == int(mujoco.mjtGeom.mjGEOM_SPHERE):
+        local, radius = np.zeros((1, 3)), float(size[0])
+    elif kind == int(mujoco.mjtGeom.mjGEOM_CAPSULE):
+        local, radius = np.array([[0.0, 0.0, -size[1]], [0.0, 0.0, size[1]]]), float(size[0])
+    else:
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom)
+        raise ValueError(f"model: foot geom {name!r}: expected a box, sphere or capsule")
+    points = model.geom_pos[geom] + quat_rotate(
+        np.broadcast_to(model.geom_quat[geom], (len(local), 4)), local
+    )
+    return points, radius
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+# ---------------------------------------------------------------------------------------------
+
+
+def _scan_csv(path: Path, columns: int, layout: str) -> None:
+    """Find the first bad line for a precise message (only called once the fast parse failed)."""
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = line.split(",")
+        if len(cells) != columns:
+            raise MotionFileError(
+                path, f"line {number}", f"expected {columns} columns ({layout}), got {len(cells)}"
+            )
+        for column, cell in enumerate(cells, start=1):
+            try:
+                float(cell)
+            except ValueError:
+                raise MotionFileError(
+                    path,
+                    f"line {number}, column {column}",
+                    f"expected a number, got {cell.strip()!r} (the layout has no header line)",
+                ) from None
+
+
+def read_motion_csv(path: str | Path, *, num_joints: int) -> np.ndarray:
+    """The CSV's rows as a float64 array (T, 7 + num_joints), checked."""
+    path = Path(path)
+    columns = CSV_ROOT_COLUMNS + num_joints
+    layout = f"root x,y,z, root quaternion x,y,z,w, {num_joints} joint angles"
+    if not path.is_file():
+        raise MotionFileError(path, "file", f"no such file; expected a CSV ({layout})")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # an empty file: reported below
+            rows = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
+    except ValueError as error:
+        _scan_csv(path, columns, layout)
+        raise MotionFileError(path, "file", f"not a CSV of numbers ({layout}): {error}") from None
+    if rows.shape[0] and rows.shape[1] != columns:
+        _scan_csv(path, columns, layout)
+    if rows.shape[0] < MIN_FRAMES:
+        raise MotionFileError(
+            path, "rows", f"expected at least {MIN_FRAMES} rows (frames), got {rows.shape[0]}"
+        )
+    bad = ~np.isfinite(rows)
+    if bad.any():
+        row, column = (int(i) for i in np.argwhere(bad)[0])
+        raise MotionFileError(
+            path,
+            f"row {row + 1}, column {column + 1}",
+            f"expected a finite number, got {rows[row, column]}",
+        )
+    norm = np.linalg.norm(rows[:, 3:7], axis=1)
+    if (norm < 1e-6).any():
+        row = int(np.argmax(norm < 1e-6))
+        raise MotionFileError(
+            path,
+            f"row {row + 1}, columns 4-7",
+            "expected a root quaternion (x, y, z, w), got zeros",
+        )
+    return rows
+
+
+def convert_csv(
+    path: str | Path,
+    *,
+    input_fps: float,
+    output_fps: float = DEFAULT_OUTPUT_FPS,
+    model: mujoco.MjModel | None = None,
+    progress: bool | None = None,
+) -> MotionClip:
+    """A retargeted CSV (see the module doc) as a clip at ``output_fps`` on ``model`` (the G1)."""
+    started = time.perf_counter()
+    path = Path(path)
+    for name, value in (("input_fps", input_fps), ("output_fps", output_fps)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name}: expected a frame rate > 0, got {value}")
+    model = load_model() if model is None else model
+    num_joints = len(model_facts(model).joint_names)
+    rows = read_motion_csv(path, num_joints=num_joints)
+    root_pos = rows[:, 0:3]
+    root_quat = rows[:, [6, 3, 4, 5]]  # x, y, z, w -> w, x, y, z
+    root_quat = root_quat / np.linalg.norm(root_quat, axis=1, keepdims=True)
+    joint_pos = rows[:, CSV_ROOT_COLUMNS:]
+    if output_fps != input_fps:
+        before, alpha = resample_grid(rows.shape[0], input_fps, output_fps)
+        if before.size < MIN_FRAMES:
+            raise MotionFileError(
+                path, "rows", f"too short to resample to {output_fps} fps ({rows.shape[0]} rows)"
+            )
+        root_pos = lerp_frames(root_pos, before, alpha)
+        root_quat = slerp_frames(root_quat, before, alpha)
+        joint_pos = lerp_frames(joint_pos, before, alpha)
+    clip = clip_from_trajectory(
+        model,
+        fps=output_fps,
+        root_pos=root_pos,
+        root_quat=root_quat,
+        joint_pos=joint_pos,
+        source=str(path),
+        progress=progress,
+    )
+    elapsed = time.perf_counter() - started
+    log.info(
+        "convert %s: %d rows at %g fps -> %d frames at %g fps (%.2f s of motion) in %.1f ms, "
+        "%.0fx real time",
+        path,
+        rows.shape[0],
+        input_fps,
+        clip.num_frames,
+        output_fps,
+        clip.duration_s,
+        elapsed * 1e3,
+        clip.duration_s / max(elapsed, 1e-9),
+    )
+    return clip
+
+
+def write_motion_csv(clip: MotionClip, path: str | Path) -> Path:
+    """Write a clip in the retargeted-CSV layout; the root is the clip's first body."""
+    path = Path(path)
+    root_quat = clip.body_quat_w[:, 0].astype(np.float64)
+    rows = np.concatenate(
+        (
+            clip.body_pos_w[:, 0].astype(np.float64),
+            root_quat[:, [1, 2, 3, 0]],  # w, x, y, z -> x, y, z, w
+            clip.joint_pos.astype(np.float64),
+        ),
+        axis=1,
+    )
+    np.savetxt(path, rows, fmt="%.9g", delimiter=",")
+    log.info("write CSV %s: %d rows (root %r)", path, rows.shape[0], clip.body_names[0])
+    return path
