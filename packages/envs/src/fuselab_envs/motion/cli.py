@@ -1,0 +1,188 @@
+"""``fuselab-motion``: inspect motion files, convert retargeted CSV, write the procedural clip.
+
+fuselab-motion inspect FILE.npz
+fuselab-motion convert MOTION.csv --fps 30 -o OUT.npz [--output-fps 50]
+fuselab-motion synth -o OUT.npz [--duration-s 10] [--fps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from fuselab_envs.g1 import G1_XML_PATH
+from fuselab_envs.motion.clip import MotionClip, MotionFileError, load_motion
+from fuselab_envs.motion.convert import (
+    DEFAULT_OUTPUT_FPS,
+    convert_csv,
+    forward_kinematics,
+    load_model,
+    lowest_foot_points,
+)
+from fuselab_envs.motion.synth import DEFAULT_DURATION_S, DEFAULT_FPS, synth_clip
+from fuselab_sim_backends.model import model_facts
+
+log = logging.getLogger(__name__)
+
+JOINT_RANGE_MARGIN_RAD = 1e-3
+FLOOR_PENETRATION_LIMIT_M = 0.005  # deeper than this is reported
+FLOATING_LIMIT_M = 0.05  # feet never closer to the floor than this is reported
+KINEMATICS_MISMATCH_LIMIT_M = 0.01
+
+
+def _problems(model: mujoco.MjModel, clip: MotionClip) -> list[str]:
+    """What would make the clip a poor reference on ``model``; empty when it looks fine."""
+    problems = []
+    facts = model_facts(model)
+    ranges = facts.joint_ranges.astype(np.float64)
+    below = clip.joint_pos < ranges[:, 0] - JOINT_RANGE_MARGIN_RAD
+    above = clip.joint_pos > ranges[:, 1] + JOINT_RANGE_MARGIN_RAD
+    for j, name in enumerate(clip.joint_names):
+        outside = below[:, j] | above[:, j]
+        if outside.any():
+            frame = int(np.argmax(outside))
+            problems.append(
+                f"joint {name} leaves the model range [{ranges[j, 0]:.3f}, {ranges[j, 1]:.3f}] "
+                f"in {int(outside.sum())} frames (first: frame {frame}, "
+                f"{clip.joint_pos[frame, j]:.3f} rad)"
+            )
+    feet = lowest_foot_points(model, clip.body_names, clip.body_pos_w, clip.body_quat_w).min(axis=1)
+    lowest_frame = int(np.argmin(feet))
+    if feet[lowest_frame] < -FLOOR_PENETRATION_LIMIT_M:
+        problems.append(
+            f"feet sink {-feet[lowest_frame] * 1e3:.1f} mm below the floor at frame "
+            f"{lowest_frame} ({int((feet < -FLOOR_PENETRATION_LIMIT_M).sum())} frames below "
+            f"-{FLOOR_PENETRATION_LIMIT_M * 1e3:g} mm)"
+        )
+    if feet.min() > FLOATING_LIMIT_M:
+        problems.append(f"feet never touch the floor: the lowest foot point is {feet.min():.3f} m")
+    # The body states should be the model's forward kinematics of the root and joint angles.
+    root_quat = clip.body_quat_w[:, 0].astype(np.float64)
+    body_pos, _ = forward_kinematics(
+        model, clip.body_pos_w[:, 0], root_quat, clip.joint_pos, progress=False
+    )
+    error = np.linalg.norm(body_pos - clip.body_pos_w, axis=-1)
+    if error.max() > KINEMATICS_MISMATCH_LIMIT_M:
+        frame, body = (int(i) for i in np.unravel_index(np.argmax(error), error.shape))
+        problems.append(
+            f"body positions differ from the model's forward kinematics of the root and joints "
+            f"by up to {error.max():.3f} m ({clip.body_names[body]}, frame {frame}): "
+            f"another robot, or joints in another order?"
+        )
+    return problems
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    model = load_model(args.model)
+    facts = model_facts(model)
+    clip = load_motion(args.file, joint_names=facts.joint_names, body_names=facts.body_names)
+    ranges = facts.joint_ranges
+    print(f"file       {args.file}")
+    print(f"frames     {clip.num_frames}")
+    print(f"fps        {clip.fps:g}")
+    print(f"duration   {clip.duration_s:.2f} s")
+    print(f"bodies     {len(clip.body_names)} (root {clip.body_names[0]})")
+    print(f"joints     {len(clip.joint_names)}")
+    root_height = clip.body_pos_w[:, 0, 2]
+    print(f"root z     {root_height.min():.3f} .. {root_height.max():.3f} m")
+    width = max(len(name) for name in clip.joint_names)
+    print(f"\n{'joint':<{width}}  {'min':>7}  {'max':>7}   model range (rad)")
+    low, high = clip.joint_pos.min(axis=0), clip.joint_pos.max(axis=0)
+    for j, name in enumerate(clip.joint_names):
+        flag = (
+            " !"
+            if low[j] < ranges[j, 0] - JOINT_RANGE_MARGIN_RAD
+            or high[j] > ranges[j, 1] + JOINT_RANGE_MARGIN_RAD
+            else ""
+        )
+        print(
+            f"{name:<{width}}  {low[j]:7.3f}  {high[j]:7.3f}   "
+            f"[{ranges[j, 0]:.3f}, {ranges[j, 1]:.3f}]{flag}"
+        )
+    problems = _problems(model, clip)
+    print(f"\nproblems   {len(problems) or 'none'}")
+    for problem in problems:
+        print(f"  - {problem}")
+    return 1 if problems and args.strict else 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    clip = convert_csv(
+        args.csv,
+        input_fps=args.fps,
+        output_fps=args.output_fps,
+        model=load_model(args.model),
+        progress=None if args.progress else False,
+    )
+    clip.save(args.output)
+    print(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    clip = synth_clip(args.duration_s, args.fps, model=load_model(args.model))
+    clip.save(args.output)
+    print(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fuselab-motion",
+        description="Motion clips (BeyondMimic .npz layout) for the G1 motion-tracking task.",
+    )
+    parser.add_argument(
+        "--model", type=Path, default=G1_XML_PATH, help="MJCF of the robot (default: the G1)"
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    inspect = commands.add_parser("inspect", help="summarise a motion file and report problems")
+    inspect.add_argument("file", type=Path)
+    inspect.add_argument(
+        "--strict", action="store_true", help="exit with status 1 when problems are found"
+    )
+    inspect.set_defaults(run=_inspect)
+
+    convert = commands.add_parser(
+        "convert",
+        help="retargeted CSV (root xyz, root quat xyzw, joint angles per row) to a motion .npz",
+    )
+    convert.add_argument("csv", type=Path)
+    convert.add_argument("--fps", type=float, default=30.0, help="frame rate of the CSV (30)")
+    convert.add_argument("-o", "--output", type=Path, required=True, help=".npz to write")
+    convert.add_argument(
+        "--output-fps", type=float, default=DEFAULT_OUTPUT_FPS, help="frame rate to write (50)"
+    )
+    convert.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bar"
+    )
+    convert.set_defaults(run=_convert)
+
+    synth = commands.add_parser("synth", help="write the procedural G1 clip (squat, steps, arms)")
+    synth.add_argument("-o", "--output", type=Path, required=True, help=".npz to write")
+    synth.add_argument("--duration-s", type=float, default=DEFAULT_DURATION_S)
+    synth.add_argument("--fps", type=float, default=DEFAULT_FPS)
+    synth.set_defaults(run=_synth)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(message)s"
+    )
+    try:
+        return args.run(args)
+    except (MotionFileError, FileNotFoundError, ValueError) as error:
+        print(f"fuselab-motion {args.command}: error: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
