@@ -25,6 +25,7 @@ import numba
 import numpy as np
 from bench_backends import backends_rows, bench_backends
 from bench_protocol import time_side_by_side
+from bench_tracking import bench_tracking, tracking_rows
 from bench_walk import bench_walk, walk_rows
 
 from fuselab_env_core import synthetic
@@ -198,6 +199,7 @@ SUITES = {
     "core": (bench_core, core_rows),
     "backends": (bench_backends, backends_rows),
     "walk": (bench_walk, walk_rows),
+    "tracking": (bench_tracking, tracking_rows),
 }
 
 
@@ -243,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warp-envs", type=int, default=256, help="N of MuJoCo Warp throughput")
     parser.add_argument("--walk-envs", type=int, default=4096, help="N of the walk suite")
     parser.add_argument("--walk-steps", type=int, default=100, help="env steps per walk repeat")
+    parser.add_argument("--tracking-envs", type=int, default=8192, help="N of the tracking suite")
+    parser.add_argument("--tracking-steps", type=int, default=100, help="steps per tracking repeat")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -256,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
         args.physics_envs, args.warp_envs = 64, 8
         args.walk_envs, args.walk_steps = 64, 10
+        args.tracking_envs, args.tracking_steps = 64, 10
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -273,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             "warp_envs": args.warp_envs,
             "walk_envs": args.walk_envs,
             "walk_steps": args.walk_steps,
+            "tracking_envs": args.tracking_envs,
+            "tracking_steps": args.tracking_steps,
             "warmup": args.warmup,
             "measure": args.measure,
             "repeats": args.repeats,

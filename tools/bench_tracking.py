@@ -1,0 +1,182 @@
+"""Benchmark suite `tracking`: G1MotionTracking on MuJoCo CPU: the fused update_state kernel
+against the NumPy oracle and across threads, copy_body_state_w, the full step and its
+non-physics share, and start-up with a cold and a warm kernel cache (fresh processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_protocol import time_side_by_side
+from bench_walk import _time_stages
+
+import fuselab_envs
+from fuselab_env_core.numpy_runtime import NumpyTerms
+from fuselab_env_core.runtime import FusedTerms
+from fuselab_envs.registry import _terms
+from fuselab_envs.tasks.g1_walk_flat import with_robot_arrays
+
+# The NumPy twins of the task's terms are test oracles; the benchmark borrows them from there.
+sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "envs" / "tests"))
+
+
+def bench_tracking(args) -> dict:
+    import envs_term_twins  # noqa: F401  # pyright: ignore[reportMissingImports] - the twins
+
+    n = args.tracking_envs
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=n, backend="mujoco")
+    terms = with_robot_arrays(
+        _terms(fuselab_envs.compose("g1_motion_tracking")),
+        {**env.robot_arrays(), **env.motion_arrays},
+    )
+    one_thread = FusedTerms.build(terms, env.terms.state, dt=env.step_dt, num_threads=1)
+    oracle = NumpyTerms(env.terms.plan, env.terms.state)
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-0.3, 0.3, (n, env.backend.model.nu)).astype(np.float32)
+    for _ in range(args.warmup):
+        env.step(actions)
+    ms = time_side_by_side(
+        {"fused": env.terms, "numpy": oracle, "one_thread": one_thread},
+        args.warmup,
+        args.measure,
+        args.repeats,
+    )
+    robot = env.robot
+
+    def copy_bodies():
+        env.backend.copy_body_state_w(
+            robot.body_ids,
+            robot.body_pos_w,
+            robot.body_quat_w,
+            robot.body_lin_vel_w,
+            robot.body_ang_vel_w,
+        )
+
+    copy_ms = time_side_by_side({"copy": copy_bodies}, args.warmup, args.measure, args.repeats)
+
+    stages = {"physics": 0.0, "body copy": 0.0, "fused kernel": 0.0}
+    originals = _time_stages(env, stages)
+    totals, shares, stage_shares = [], [], []
+    for _ in range(args.repeats):
+        stages.update(dict.fromkeys(stages, 0.0))
+        started = time.perf_counter()
+        for _ in range(args.tracking_steps):
+            env.step(actions)
+        total = time.perf_counter() - started
+        totals.append(total)
+        shares.append(1.0 - stages["physics"] / total)
+        other = total - sum(stages.values())
+        stage_shares.append(
+            {**{k: v / total for k, v in stages.items()}, "rest (Python)": other / total}
+        )
+    for target, name, original in originals:
+        setattr(target, name, original)
+    total = float(np.median(totals))
+    return {
+        "update_state": {
+            "num_envs": n,
+            "fused_ms": ms["fused"],
+            "numpy_ms": ms["numpy"],
+            "speedup": ms["numpy"] / ms["fused"],
+            "goal": 10.0,
+        },
+        "thread_scaling": {
+            "threads": env.terms.num_threads,
+            "one_thread_ms": ms["one_thread"],
+            "all_threads_ms": ms["fused"],
+            "speedup": ms["one_thread"] / ms["fused"],
+            "goal": 1.8,
+        },
+        "copy_body_state_w": {"bodies": len(robot.body_ids), "ms": copy_ms["copy"]},
+        "full_step": {
+            "num_envs": n,
+            "steps": args.tracking_steps,
+            "env_steps_per_s": n * args.tracking_steps / total,
+            "non_physics_share_pct": float(np.median(shares)) * 100.0,
+            "goal_non_physics_pct": 5.0,
+        },
+        "stage_share_pct": {
+            stage: float(np.median([r[stage] for r in stage_shares])) * 100.0
+            for stage in stage_shares[0]
+        },
+        "startup": _startup_cold_vs_warm(),
+    }
+
+
+def _startup_cold_vs_warm() -> dict:
+    """Build the task in fresh processes: an empty kernel cache, then the warm one."""
+    with tempfile.TemporaryDirectory(prefix="fuselab-bench-") as cache:
+        cold, warm = (_build_in_fresh_process(cache) for _ in range(2))
+    return {
+        "cold_build_ms": cold["build_ms"],
+        "cold_env_ms": cold["env_ms"],
+        "warm_build_ms": warm["build_ms"],
+        "warm_env_ms": warm["env_ms"],
+        "warm_compiled": float(warm["compiled"]),
+    }
+
+
+def _build_in_fresh_process(cache_dir: str) -> dict:
+    env = dict(os.environ, FUSELAB_CACHE_DIR=cache_dir)
+    env.pop("NUMBA_CACHE_DIR", None)
+    done = subprocess.run(
+        [sys.executable, __file__, "_build_once"], env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        raise RuntimeError(f"tracking start-up process failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _build_once() -> None:
+    started = time.perf_counter()
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=64, backend="mujoco", num_threads=1)
+    report = env.terms.report
+    out = {
+        "env_ms": (time.perf_counter() - started) * 1e3,
+        "build_ms": report.total_ms,
+        "compiled": report.compiled,
+    }
+    sys.stdout.write(json.dumps(out) + "\n")
+
+
+def tracking_rows(r: dict) -> list[tuple[str, str, str]]:
+    u, t, c, f, s = (
+        r["update_state"],
+        r["thread_scaling"],
+        r["copy_body_state_w"],
+        r["full_step"],
+        r["startup"],
+    )
+    return [
+        (
+            f"update_state fused vs NumPy, N={u['num_envs']}",
+            f"{u['fused_ms']:.2f} vs {u['numpy_ms']:.2f} ms",
+            f"{u['speedup']:.1f}x (goal >= 10x)",
+        ),
+        (
+            f"update_state 1 vs {t['threads']} threads",
+            f"{t['one_thread_ms']:.2f} vs {t['all_threads_ms']:.2f} ms",
+            f"{t['speedup']:.2f}x (goal >= 1.8x)",
+        ),
+        (f"copy_body_state_w, {c['bodies']} bodies", f"{c['ms']:.2f} ms", "report"),
+        (
+            f"G1MotionTracking full step, N={f['num_envs']}, MuJoCo CPU",
+            f"{f['env_steps_per_s']:.0f} env-steps/s",
+            f"non-physics {f['non_physics_share_pct']:.1f}% of the step (goal <= 5%)",
+        ),
+        (
+            "start-up: kernel build cold vs warm cache",
+            f"{s['cold_build_ms']:.0f} vs {s['warm_build_ms']:.0f} ms",
+            f"env ready {s['cold_env_ms']:.0f} vs {s['warm_env_ms']:.0f} ms (report)",
+        ),
+    ]
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["_build_once"]:
+    _build_once()
