@@ -171,7 +171,7 @@ class G1MotionTracking(FusedEnv):
             motion.source,
             self.num_frames,
             motion.fps,
-            self.num_frames / motion.fps,
+            motion.duration_s,
             self.num_bins,
             self.sampling.mode,
             clip_end,
