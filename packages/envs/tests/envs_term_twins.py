@@ -100,37 +100,30 @@ def _(first_contact, last_air_time, command, threshold_s, min_command):
 
 
 @tracking.motion_reference.numpy
-def _(frame, ref_q, ref_qd, ref_pos, ref_quat, ref_lin, ref_ang, q, qd, pos, quat, lin, ang):
-    for out, clip in ((ref_q, q), (ref_qd, qd), (ref_pos, pos), (ref_quat, quat)):
-        out[:] = clip[frame]
-    ref_lin[:], ref_ang[:] = lin[frame], ang[frame]
-
-
-@tracking.motion_anchor_frame.numpy
 def _(
-    pos,
-    quat,
-    ref_pos,
-    ref_quat,
-    target_pos,
-    target_quat,
-    anchor_pos_b,
-    anchor_ori_b,
-    sin_half,
-    cos_half,
-    a,
-):
-    robot_q, ref_q = quat[:, a], ref_quat[:, a]
-    delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q)))
+    frame, pos, quat, ref_q, ref_qd, ref_lin, ref_ang, ref_anchor_pos, ref_anchor_quat,
+    target_pos, sin_half, cos_half, anchor_pos_b, anchor_ori_b,
+    q, qd, clip_pos, clip_quat, clip_lin, clip_ang, a,
+):  # fmt: skip
+    ref_q[:], ref_qd[:], ref_lin[:], ref_ang[:] = (
+        q[frame],
+        qd[frame],
+        clip_lin[frame],
+        clip_ang[frame],
+    )
+    ref_pos, ref_quat = clip_pos[frame], clip_quat[frame]
+    ref_anchor_pos[:], ref_anchor_quat[:] = ref_pos[:, a], ref_quat[:, a]
+    robot_q, ref_q_anchor = quat[:, a], ref_quat[:, a]
+    delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q_anchor)))
     anchor = np.concatenate([pos[:, a, :2], ref_pos[:, a, 2:]], axis=-1)
     offsets = ref_pos - ref_pos[:, a : a + 1]
     target_pos[:] = anchor[:, None] + np_quat_apply(delta[:, None], offsets)
-    target_quat[:] = np_quat_mul(delta[:, None], ref_quat)
-    error = np_quat_mul(np_quat_conjugate(quat), target_quat)
+    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(delta[:, None], ref_quat))
     sin_half[:] = np.linalg.norm(error[..., 1:], axis=-1)
     cos_half[:] = np.abs(error[..., 0])
     anchor_pos_b[:] = np_quat_apply_inverse(robot_q, ref_pos[:, a] - pos[:, a])
-    anchor_ori_b[:] = np_matrix_first_two_columns(np_quat_mul(np_quat_conjugate(robot_q), ref_q))
+    relative = np_quat_mul(np_quat_conjugate(robot_q), ref_q_anchor)
+    anchor_ori_b[:] = np_matrix_first_two_columns(relative)
 
 
 def _mean_squared_error_exp(actual, reference, std):
@@ -139,12 +132,10 @@ def _mean_squared_error_exp(actual, reference, std):
 
 
 tracking.motion_anchor_pos_error_exp.numpy(
-    lambda pos, ref, a, std: np.exp(-np.sum((ref[:, a] - pos[:, a]) ** 2, axis=-1) / (std * std))
+    lambda pos, ref, a, std: np.exp(-np.sum((ref - pos[:, a]) ** 2, axis=-1) / (std * std))
 )
 tracking.motion_anchor_ori_error_exp.numpy(
-    lambda quat, ref, a, std: np.exp(
-        -(np_quat_error_angle(quat[:, a], ref[:, a]) ** 2) / (std * std)
-    )
+    lambda quat, ref, a, std: np.exp(-(np_quat_error_angle(quat[:, a], ref) ** 2) / (std * std))
 )
 tracking.motion_body_pos_error_exp.numpy(_mean_squared_error_exp)
 tracking.motion_body_ori_error_exp.numpy(
@@ -153,7 +144,7 @@ tracking.motion_body_ori_error_exp.numpy(
 tracking.motion_body_lin_vel_error_exp.numpy(_mean_squared_error_exp)
 tracking.motion_body_ang_vel_error_exp.numpy(_mean_squared_error_exp)
 tracking.motion_anchor_height_error.numpy(
-    lambda pos, ref, a, threshold: np.abs(ref[:, a, 2] - pos[:, a, 2]) > threshold
+    lambda pos, ref, a, threshold: np.abs(ref[:, 2] - pos[:, a, 2]) > threshold
 )
 
 
@@ -162,7 +153,7 @@ def _up(quat):
 
 
 tracking.motion_anchor_ori_error.numpy(
-    lambda quat, ref, a, threshold: np.abs(_up(ref[:, a]) - _up(quat[:, a])) > threshold
+    lambda quat, ref, a, threshold: np.abs(_up(ref) - _up(quat[:, a])) > threshold
 )
 tracking.motion_body_height_error.numpy(
     lambda pos, target, ids, threshold: np.any(

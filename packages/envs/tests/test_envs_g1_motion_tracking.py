@@ -99,7 +99,7 @@ def test_every_term_matches_its_numpy_twin(seed):
     f, o = fused.buffers, oracle.buffers
     for name in (
         "target_body_pos_w",
-        "target_body_quat_w",
+        "body_ori_error_sin_half",
         "motion_anchor_pos_b",
         "motion_anchor_ori_b",
     ):

@@ -1,11 +1,11 @@
 """Whole-body motion tracking terms (BeyondMimic's definitions), on the tracked bodies.
 
 The robot's tracked bodies are the entity's bodies, in the motion's tracked order, with the
-anchor (torso) at ``anchor_body``. Two preamble terms own every derived quantity, once per env
-per step: :func:`motion_reference` reads the current frame of the clip (kernel data) into the
-workspace, and :func:`motion_anchor_frame` moves the reference bodies under the robot (the
-robot anchor's xy and yaw, the motion anchor's height) and measures each body's orientation
-error. Rewards, terminations and observations then only read.
+anchor (torso) at ``anchor_body``. One preamble term owns every derived quantity, once per env
+per step: :func:`motion_reference` reads the current frame of the clip (kernel data), moves
+the reference bodies under the robot (the robot anchor's xy and yaw, the motion anchor's
+height) and measures each body's orientation error. Rewards, terminations and observations
+then only read its workspace.
 """
 
 from __future__ import annotations
@@ -48,74 +48,57 @@ def _per_body(shapes, params):
     outputs={
         "ref_joint_pos": _joints,
         "ref_joint_vel": _joints,
-        "ref_body_pos_w": _bodies(3),
-        "ref_body_quat_w": _bodies(4),
         "ref_body_lin_vel_w": _bodies(3),
         "ref_body_ang_vel_w": _bodies(3),
+        "ref_anchor_pos_w": (3,),
+        "ref_anchor_quat_w": (4,),
+        "target_body_pos_w": _bodies(3),
+        "body_ori_error_sin_half": _per_body,
+        "body_ori_error_cos_half": _per_body,
+        "motion_anchor_pos_b": (3,),
+        "motion_anchor_ori_b": (6,),
     }
 )
 def motion_reference(
     i,
     motion_frame,
+    body_pos_w,
+    body_quat_w,
     ref_joint_pos,
     ref_joint_vel,
-    ref_body_pos_w,
-    ref_body_quat_w,
     ref_body_lin_vel_w,
     ref_body_ang_vel_w,
+    ref_anchor_pos_w,
+    ref_anchor_quat_w,
+    target_body_pos_w,
+    body_ori_error_sin_half,
+    body_ori_error_cos_half,
+    motion_anchor_pos_b,
+    motion_anchor_ori_b,
     motion_joint_pos: np.ndarray,
     motion_joint_vel: np.ndarray,
     motion_body_pos_w: np.ndarray,
     motion_body_quat_w: np.ndarray,
     motion_body_lin_vel_w: np.ndarray,
     motion_body_ang_vel_w: np.ndarray,
+    anchor_body: int = ANCHOR_BODY,
 ):
-    """The clip's frame ``motion_frame[i]``: joint and tracked-body targets in the world."""
-    f = motion_frame[i]
+    """The clip's frame ``motion_frame[i]``, the anchor transform and the body targets.
+
+    Targets keep the motion's body offsets from its anchor, turned by the yaw between the two
+    anchors and placed at the robot anchor's xy and the motion anchor's height. Each body's
+    orientation error to its target is kept as |xyz| and |w| of the error quaternion (sine and
+    cosine of half the angle): the reward's loop over them vectorizes. Only what terms read is
+    stored; the clip's frame is read straight from the kernel data.
+    """
+    f, a = motion_frame[i], anchor_body
     for j in range(motion_joint_pos.shape[1]):
         ref_joint_pos[i, j] = motion_joint_pos[f, j]
         ref_joint_vel[i, j] = motion_joint_vel[f, j]
     for b in range(motion_body_pos_w.shape[1]):
         for k in range(3):
-            ref_body_pos_w[i, b, k] = motion_body_pos_w[f, b, k]
             ref_body_lin_vel_w[i, b, k] = motion_body_lin_vel_w[f, b, k]
             ref_body_ang_vel_w[i, b, k] = motion_body_ang_vel_w[f, b, k]
-        for k in range(4):
-            ref_body_quat_w[i, b, k] = motion_body_quat_w[f, b, k]
-
-
-@preamble(
-    outputs={
-        "target_body_pos_w": lambda shapes, params: (shapes["ref_body_pos_w"][0], 3),
-        "target_body_quat_w": lambda shapes, params: (shapes["ref_body_quat_w"][0], 4),
-        "motion_anchor_pos_b": (3,),
-        "motion_anchor_ori_b": (6,),
-        "body_ori_error_sin_half": lambda shapes, params: (shapes["ref_body_quat_w"][0],),
-        "body_ori_error_cos_half": lambda shapes, params: (shapes["ref_body_quat_w"][0],),
-    }
-)
-def motion_anchor_frame(
-    i,
-    body_pos_w,
-    body_quat_w,
-    ref_body_pos_w,
-    ref_body_quat_w,
-    target_body_pos_w,
-    target_body_quat_w,
-    motion_anchor_pos_b,
-    motion_anchor_ori_b,
-    body_ori_error_sin_half,
-    body_ori_error_cos_half,
-    anchor_body: int = ANCHOR_BODY,
-):
-    """Reference bodies moved under the robot, and the motion anchor seen from the robot's.
-
-    Targets keep the motion's body offsets from its anchor, turned by the yaw between the two
-    anchors and placed at the robot anchor's xy and the motion anchor's height. Each body's
-    orientation error to its target is kept as |xyz| and |w| of the error quaternion (sine and
-    cosine of half the angle): the reward's loop over them vectorizes.
-    """
-    a = anchor_body
     pw, px, py, pz = (
         body_quat_w[i, a, 0],
         body_quat_w[i, a, 1],
@@ -123,26 +106,32 @@ def motion_anchor_frame(
         body_quat_w[i, a, 3],
     )
     rw, rx, ry, rz = (
-        ref_body_quat_w[i, a, 0],
-        ref_body_quat_w[i, a, 1],
-        ref_body_quat_w[i, a, 2],
-        ref_body_quat_w[i, a, 3],
+        motion_body_quat_w[f, a, 0],
+        motion_body_quat_w[f, a, 1],
+        motion_body_quat_w[f, a, 2],
+        motion_body_quat_w[f, a, 3],
     )
+    ax, ay, az = body_pos_w[i, a, 0], body_pos_w[i, a, 1], body_pos_w[i, a, 2]
+    rax, ray, raz = (
+        motion_body_pos_w[f, a, 0],
+        motion_body_pos_w[f, a, 1],
+        motion_body_pos_w[f, a, 2],
+    )
+    ref_anchor_pos_w[i, 0], ref_anchor_pos_w[i, 1], ref_anchor_pos_w[i, 2] = rax, ray, raz
+    ref_anchor_quat_w[i, 0], ref_anchor_quat_w[i, 1] = rw, rx
+    ref_anchor_quat_w[i, 2], ref_anchor_quat_w[i, 3] = ry, rz
     yw, yx, yy, yz = yaw_quat(pw, px, py, pz)
     mw, mx, my, mz = yaw_quat(rw, rx, ry, rz)
     dw, dx, dy, dz = quat_mul(yw, yx, yy, yz, mw, -mx, -my, -mz)
-    # Anchors read once: the workspace stores below may alias them as far as LLVM knows.
-    ax, ay, az = body_pos_w[i, a, 0], body_pos_w[i, a, 1], body_pos_w[i, a, 2]
-    rax, ray, raz = ref_body_pos_w[i, a, 0], ref_body_pos_w[i, a, 1], ref_body_pos_w[i, a, 2]
-    for b in range(ref_body_pos_w.shape[1]):
+    for b in range(motion_body_pos_w.shape[1]):
         ox, oy, oz = quat_apply(
             dw,
             dx,
             dy,
             dz,
-            ref_body_pos_w[i, b, 0] - rax,
-            ref_body_pos_w[i, b, 1] - ray,
-            ref_body_pos_w[i, b, 2] - raz,
+            motion_body_pos_w[f, b, 0] - rax,
+            motion_body_pos_w[f, b, 1] - ray,
+            motion_body_pos_w[f, b, 2] - raz,
         )
         target_body_pos_w[i, b, 0] = ax + ox
         target_body_pos_w[i, b, 1] = ay + oy
@@ -152,15 +141,11 @@ def motion_anchor_frame(
             dx,
             dy,
             dz,
-            ref_body_quat_w[i, b, 0],
-            ref_body_quat_w[i, b, 1],
-            ref_body_quat_w[i, b, 2],
-            ref_body_quat_w[i, b, 3],
+            motion_body_quat_w[f, b, 0],
+            motion_body_quat_w[f, b, 1],
+            motion_body_quat_w[f, b, 2],
+            motion_body_quat_w[f, b, 3],
         )
-        target_body_quat_w[i, b, 0] = qw
-        target_body_quat_w[i, b, 1] = qx
-        target_body_quat_w[i, b, 2] = qy
-        target_body_quat_w[i, b, 3] = qz
         ew, ex, ey, ez = quat_mul(
             body_quat_w[i, b, 0],
             -body_quat_w[i, b, 1],
@@ -197,19 +182,19 @@ def _mean_squared_error_exp(i, actual, reference, std):
 
 @reward()
 def motion_anchor_pos_error_exp(
-    i, body_pos_w, ref_body_pos_w, anchor_body: int = ANCHOR_BODY, std: float = 0.3
+    i, body_pos_w, ref_anchor_pos_w, anchor_body: int = ANCHOR_BODY, std: float = 0.3
 ):
     """The anchor's world position against the motion's (std in metres)."""
     error = 0.0
     for k in range(3):
-        d = ref_body_pos_w[i, anchor_body, k] - body_pos_w[i, anchor_body, k]
+        d = ref_anchor_pos_w[i, k] - body_pos_w[i, anchor_body, k]
         error += d * d
     return math.exp(-error / (std * std))
 
 
 @reward()
 def motion_anchor_ori_error_exp(
-    i, body_quat_w, ref_body_quat_w, anchor_body: int = ANCHOR_BODY, std: float = 0.4
+    i, body_quat_w, ref_anchor_quat_w, anchor_body: int = ANCHOR_BODY, std: float = 0.4
 ):
     """The anchor's world orientation against the motion's (std in radians)."""
     a = anchor_body
@@ -218,10 +203,10 @@ def motion_anchor_ori_error_exp(
         body_quat_w[i, a, 1],
         body_quat_w[i, a, 2],
         body_quat_w[i, a, 3],
-        ref_body_quat_w[i, a, 0],
-        ref_body_quat_w[i, a, 1],
-        ref_body_quat_w[i, a, 2],
-        ref_body_quat_w[i, a, 3],
+        ref_anchor_quat_w[i, 0],
+        ref_anchor_quat_w[i, 1],
+        ref_anchor_quat_w[i, 2],
+        ref_anchor_quat_w[i, 3],
     )
     return math.exp(-angle * angle / (std * std))
 
@@ -263,20 +248,20 @@ def motion_body_ang_vel_error_exp(i, body_ang_vel_w, ref_body_ang_vel_w, std: fl
 
 @termination()
 def motion_anchor_height_error(
-    i, body_pos_w, ref_body_pos_w, anchor_body: int = ANCHOR_BODY, threshold_m: float = 0.25
+    i, body_pos_w, ref_anchor_pos_w, anchor_body: int = ANCHOR_BODY, threshold_m: float = 0.25
 ):
-    return abs(ref_body_pos_w[i, anchor_body, 2] - body_pos_w[i, anchor_body, 2]) > threshold_m
+    return abs(ref_anchor_pos_w[i, 2] - body_pos_w[i, anchor_body, 2]) > threshold_m
 
 
 @termination()
 def motion_anchor_ori_error(
-    i, body_quat_w, ref_body_quat_w, anchor_body: int = ANCHOR_BODY, threshold: float = 0.8
+    i, body_quat_w, ref_anchor_quat_w, anchor_body: int = ANCHOR_BODY, threshold: float = 0.8
 ):
     """The anchor's gravity direction (z of gravity in the anchor frame) strays from the
     motion's by more than ``threshold`` (a difference of cosines of tilt, in [0, 2])."""
     a = anchor_body
     robot_x, robot_y = body_quat_w[i, a, 1], body_quat_w[i, a, 2]
-    ref_x, ref_y = ref_body_quat_w[i, a, 1], ref_body_quat_w[i, a, 2]
+    ref_x, ref_y = ref_anchor_quat_w[i, 1], ref_anchor_quat_w[i, 2]
     robot_up = 1.0 - 2.0 * (robot_x * robot_x + robot_y * robot_y)
     ref_up = 1.0 - 2.0 * (ref_x * ref_x + ref_y * ref_y)
     return abs(ref_up - robot_up) > threshold
