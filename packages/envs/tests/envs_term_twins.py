@@ -101,16 +101,9 @@ def _(first_contact, last_air_time, command, threshold_s, min_command):
 
 @tracking.motion_reference.numpy
 def _(
-    frame, pos, quat, ref_q, ref_qd, ref_lin, ref_ang, ref_anchor_pos, ref_anchor_quat,
-    target_pos, sin_half, cos_half, anchor_pos_b, anchor_ori_b,
-    q, qd, clip_pos, clip_quat, clip_lin, clip_ang, a,
+    frame, pos, quat, ref_anchor_pos, ref_anchor_quat, target_pos, sin_half, cos_half,
+    anchor_pos_b, anchor_ori_b, clip_pos, clip_quat, a,
 ):  # fmt: skip
-    ref_q[:], ref_qd[:], ref_lin[:], ref_ang[:] = (
-        q[frame],
-        qd[frame],
-        clip_lin[frame],
-        clip_ang[frame],
-    )
     ref_pos, ref_quat = clip_pos[frame], clip_quat[frame]
     ref_anchor_pos[:], ref_anchor_quat[:] = ref_pos[:, a], ref_quat[:, a]
     robot_q, ref_q_anchor = quat[:, a], ref_quat[:, a]
@@ -131,6 +124,10 @@ def _mean_squared_error_exp(actual, reference, std):
     return np.exp(-error / (std * std))
 
 
+def _clip_error_exp(frame, actual, clip, std):
+    return _mean_squared_error_exp(actual, clip[frame], std)
+
+
 tracking.motion_anchor_pos_error_exp.numpy(
     lambda pos, ref, a, std: np.exp(-np.sum((ref - pos[:, a]) ** 2, axis=-1) / (std * std))
 )
@@ -141,8 +138,8 @@ tracking.motion_body_pos_error_exp.numpy(_mean_squared_error_exp)
 tracking.motion_body_ori_error_exp.numpy(
     lambda s, c, std: np.exp(-np.mean((2 * np.arctan2(s, c)) ** 2, axis=-1) / (std * std))
 )
-tracking.motion_body_lin_vel_error_exp.numpy(_mean_squared_error_exp)
-tracking.motion_body_ang_vel_error_exp.numpy(_mean_squared_error_exp)
+tracking.motion_body_lin_vel_error_exp.numpy(_clip_error_exp)
+tracking.motion_body_ang_vel_error_exp.numpy(_clip_error_exp)
 tracking.motion_anchor_height_error.numpy(
     lambda pos, ref, a, threshold: np.abs(ref[:, 2] - pos[:, a, 2]) > threshold
 )
@@ -160,7 +157,7 @@ tracking.motion_body_height_error.numpy(
         np.abs(target[:, ids, 2] - pos[:, ids, 2]) > threshold, axis=-1
     )
 )
-tracking.motion_command.numpy(lambda q, qd: np.concatenate([q, qd], axis=-1))
+tracking.motion_command.numpy(lambda f, q, qd: np.concatenate([q[f], qd[f]], axis=-1))
 tracking.motion_anchor_pos_b.numpy(lambda v: v)
 tracking.motion_anchor_ori_b.numpy(lambda v: v)
 tracking.body_pos_b.numpy(

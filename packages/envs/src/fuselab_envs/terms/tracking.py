@@ -29,10 +29,6 @@ from fuselab_env_core.terms import observation, preamble, reward, termination
 ANCHOR_BODY = 7  # torso_link among the tracked bodies (see tasks/g1_motion_tracking.py)
 
 
-def _joints(shapes, params):
-    return (params["motion_joint_pos"].shape[1],)
-
-
 def _bodies(width: int):
     return lambda shapes, params: (params["motion_body_pos_w"].shape[1], width)
 
@@ -46,10 +42,6 @@ def _per_body(shapes, params):
 
 @preamble(
     outputs={
-        "ref_joint_pos": _joints,
-        "ref_joint_vel": _joints,
-        "ref_body_lin_vel_w": _bodies(3),
-        "ref_body_ang_vel_w": _bodies(3),
         "ref_anchor_pos_w": (3,),
         "ref_anchor_quat_w": (4,),
         "target_body_pos_w": _bodies(3),
@@ -64,10 +56,6 @@ def motion_reference(
     motion_frame,
     body_pos_w,
     body_quat_w,
-    ref_joint_pos,
-    ref_joint_vel,
-    ref_body_lin_vel_w,
-    ref_body_ang_vel_w,
     ref_anchor_pos_w,
     ref_anchor_quat_w,
     target_body_pos_w,
@@ -75,12 +63,8 @@ def motion_reference(
     body_ori_error_cos_half,
     motion_anchor_pos_b,
     motion_anchor_ori_b,
-    motion_joint_pos: np.ndarray,
-    motion_joint_vel: np.ndarray,
     motion_body_pos_w: np.ndarray,
     motion_body_quat_w: np.ndarray,
-    motion_body_lin_vel_w: np.ndarray,
-    motion_body_ang_vel_w: np.ndarray,
     anchor_body: int = ANCHOR_BODY,
 ):
     """The clip's frame ``motion_frame[i]``, the anchor transform and the body targets.
@@ -88,17 +72,11 @@ def motion_reference(
     Targets keep the motion's body offsets from its anchor, turned by the yaw between the two
     anchors and placed at the robot anchor's xy and the motion anchor's height. Each body's
     orientation error to its target is kept as |xyz| and |w| of the error quaternion (sine and
-    cosine of half the angle): the reward's loop over them vectorizes. Only what terms read is
-    stored; the clip's frame is read straight from the kernel data.
+    cosine of half the angle): the reward's loop over them vectorizes. Terms that only need the
+    frame's joint or velocity targets read them from the clip themselves (``motion_frame`` and
+    the clip's arrays): the clip stays in cache, while copies per env would cost memory traffic.
     """
     f, a = motion_frame[i], anchor_body
-    for j in range(motion_joint_pos.shape[1]):
-        ref_joint_pos[i, j] = motion_joint_pos[f, j]
-        ref_joint_vel[i, j] = motion_joint_vel[f, j]
-    for b in range(motion_body_pos_w.shape[1]):
-        for k in range(3):
-            ref_body_lin_vel_w[i, b, k] = motion_body_lin_vel_w[f, b, k]
-            ref_body_ang_vel_w[i, b, k] = motion_body_ang_vel_w[f, b, k]
     pw, px, py, pz = (
         body_quat_w[i, a, 0],
         body_quat_w[i, a, 1],
@@ -170,12 +148,12 @@ def motion_reference(
 
 
 @numba.njit(inline="always")
-def _mean_squared_error_exp(i, actual, reference, std):
-    """exp(-mean over bodies of |reference - actual|^2 / std^2) for (N, B, 3) arrays."""
+def _mean_squared_error_exp(i, actual, f, clip, std):
+    """exp(-mean over bodies of |clip[f] - actual[i]|^2 / std^2) for (N, B, 3) / (T, B, 3)."""
     error = 0.0
     for b in range(actual.shape[1]):
         for k in range(3):
-            d = reference[i, b, k] - actual[i, b, k]
+            d = clip[f, b, k] - actual[i, b, k]
             error += d * d
     return math.exp(-error / actual.shape[1] / (std * std))
 
@@ -214,7 +192,12 @@ def motion_anchor_ori_error_exp(
 @reward()
 def motion_body_pos_error_exp(i, body_pos_w, target_body_pos_w, std: float = 0.3):
     """Tracked bodies against their anchor-relative targets (std in metres)."""
-    return _mean_squared_error_exp(i, body_pos_w, target_body_pos_w, std)
+    error = 0.0
+    for b in range(body_pos_w.shape[1]):
+        for k in range(3):
+            d = target_body_pos_w[i, b, k] - body_pos_w[i, b, k]
+            error += d * d
+    return math.exp(-error / body_pos_w.shape[1] / (std * std))
 
 
 @reward()
@@ -232,15 +215,19 @@ def motion_body_ori_error_exp(
 
 
 @reward()
-def motion_body_lin_vel_error_exp(i, body_lin_vel_w, ref_body_lin_vel_w, std: float = 1.0):
+def motion_body_lin_vel_error_exp(
+    i, motion_frame, body_lin_vel_w, motion_body_lin_vel_w: np.ndarray, std: float = 1.0
+):
     """Tracked bodies' world linear velocities against the motion's (std in m/s)."""
-    return _mean_squared_error_exp(i, body_lin_vel_w, ref_body_lin_vel_w, std)
+    return _mean_squared_error_exp(i, body_lin_vel_w, motion_frame[i], motion_body_lin_vel_w, std)
 
 
 @reward()
-def motion_body_ang_vel_error_exp(i, body_ang_vel_w, ref_body_ang_vel_w, std: float = 3.14):
+def motion_body_ang_vel_error_exp(
+    i, motion_frame, body_ang_vel_w, motion_body_ang_vel_w: np.ndarray, std: float = 3.14
+):
     """Tracked bodies' world angular velocities against the motion's (std in rad/s)."""
-    return _mean_squared_error_exp(i, body_ang_vel_w, ref_body_ang_vel_w, std)
+    return _mean_squared_error_exp(i, body_ang_vel_w, motion_frame[i], motion_body_ang_vel_w, std)
 
 
 # -- terminations -------------------------------------------------------------------------------
@@ -282,13 +269,15 @@ def motion_body_height_error(
 # -- observations -------------------------------------------------------------------------------
 
 
-@observation(size=lambda shapes, params: 2 * shapes["ref_joint_pos"][0])
-def motion_command(i, out, col, ref_joint_pos, ref_joint_vel):
+@observation(size=lambda shapes, params: 2 * params["motion_joint_pos"].shape[1])
+def motion_command(
+    i, out, col, motion_frame, motion_joint_pos: np.ndarray, motion_joint_vel: np.ndarray
+):
     """The reference joint positions and velocities of the current frame."""
-    n = ref_joint_pos.shape[1]
+    f, n = motion_frame[i], motion_joint_pos.shape[1]
     for j in range(n):
-        out[i, col + j] = ref_joint_pos[i, j]
-        out[i, col + n + j] = ref_joint_vel[i, j]
+        out[i, col + j] = motion_joint_pos[f, j]
+        out[i, col + n + j] = motion_joint_vel[f, j]
 
 
 @observation(size=3)
