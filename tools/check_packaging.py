@@ -476,7 +476,18 @@ def smoke_envs() -> str:
     tasks = fuselab_envs.list_tasks()
     for task in tasks:
         fuselab_envs.compose(task)
-    return f"G1 loads ({model.nu} actuators, {model.nbody} bodies), configs compose: {tasks}"
+    # The embedded motion clip ships and loads onto the G1's names.
+    from fuselab_envs.cartpole import CARTPOLE_XML_PATH
+    from fuselab_envs.motion import DEFAULT_MOTION_PATH, load_motion
+
+    joints = tuple(model.joint(i).name for i in range(1, model.njnt))
+    bodies = tuple(model.body(i).name for i in range(model.nbody))
+    clip = load_motion(DEFAULT_MOTION_PATH, joint_names=joints, body_names=bodies)
+    load_spec(CARTPOLE_XML_PATH).compile()
+    return (
+        f"G1 loads ({model.nu} actuators, {model.nbody} bodies), configs compose: {tasks}, "
+        f"default clip {clip.num_frames} frames, cartpole loads"
+    )
 
 
 def smoke_rl() -> str:
