@@ -139,6 +139,7 @@ class FusedEnv:
     def reset_all(self) -> dict[str, np.ndarray]:
         self._reset(np.arange(self.num_envs))
         self.robot.update()
+        self.terms.sample_noise(self.rng)
         self._refresh_observations()
         return self.terms.buffers.obs
 
@@ -191,8 +192,9 @@ class FusedEnv:
 
     def _refresh_observations(self) -> None:
         """Run the kernel again for the reset rows' fresh observations, with dt = 0: the step's
-        rewards are already copied out, and timers kept by preamble terms tick once per step."""
-        self.terms.sample_noise(self.rng)
+        rewards are already copied out, and timers kept by preamble terms tick once per step.
+        The step's noise is reused: other rows get the observations they already had, and a
+        reset row's new episode owes nothing to its last one (sampling is the costly part)."""
         self.terms.run_without_time()
 
     def _reset(self, env_ids: np.ndarray) -> None:
