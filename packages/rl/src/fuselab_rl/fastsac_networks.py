@@ -1,0 +1,204 @@
+"""FastSAC's networks: a tanh-squashed Gaussian actor, twin distributional (C51) critics, an
+observation normalizer, and the categorical projection of a shifted return distribution.
+
+They live apart from :mod:`fuselab_rl.fastsac` so that the collector process can build the
+acting policy (:class:`ActorPolicy`) without importing the learner.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def layer_norm_trunk(in_dim: int, hidden_dims: Sequence[int]) -> nn.Sequential:
+    """Linear -> LayerNorm -> SiLU per hidden layer."""
+    if not hidden_dims:
+        raise ValueError("hidden_dims: expected at least one hidden layer, got []")
+    layers: list[nn.Module] = []
+    for width_in, width_out in zip([in_dim, *hidden_dims[:-1]], hidden_dims, strict=True):
+        layers += [nn.Linear(width_in, width_out), nn.LayerNorm(width_out), nn.SiLU()]
+    return nn.Sequential(*layers)
+
+
+def layer_norm_mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int) -> nn.Sequential:
+    """The trunk, then a plain Linear head."""
+    return nn.Sequential(
+        *layer_norm_trunk(in_dim, hidden_dims), nn.Linear(hidden_dims[-1], out_dim)
+    )
+
+
+class ObsNormalizer(nn.Module):
+    """Running mean and variance of observations (Chan's parallel update); ``forward``
+    normalizes with the current statistics and never updates them, so evaluating, exporting
+    and acting are side-effect free. ``update`` is called explicitly on new data."""
+
+    def __init__(self, dim: int, *, enabled: bool = True, eps: float = 1e-2, clip: float = 5.0):
+        super().__init__()
+        self.enabled, self.eps, self.clip = enabled, eps, clip
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        if not self.enabled or x.shape[0] == 0:
+            return
+        x = x.to(self.mean.device, torch.float32)
+        batch_count = x.shape[0]
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        total = self.count + batch_count
+        weight = (batch_count / total).to(torch.float32)
+        delta = batch_mean - self.mean
+        self.mean += delta * weight
+        # M2 merge, divided by the new total: var_a * w_a + var_b * w_b + delta^2 * w_a * w_b
+        self.var.mul_(1 - weight).add_(batch_var * weight + delta.square() * weight * (1 - weight))
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.enabled:
+            return x
+        std = torch.sqrt(self.var + self.eps * self.eps)
+        return torch.clamp((x - self.mean) / std, -self.clip, self.clip)
+
+
+class SquashedGaussianActor(nn.Module):
+    """A Gaussian over pre-squash actions whose log-std is bounded smoothly by a tanh."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int],
+        *,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ):
+        super().__init__()
+        if not log_std_min < log_std_max:
+            raise ValueError(
+                f"log_std_min, log_std_max: expected min < max, got {log_std_min}, {log_std_max}"
+            )
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.trunk = layer_norm_trunk(obs_dim, hidden_dims)
+        self.mean = nn.Linear(hidden_dims[-1], action_dim)
+        self.log_std = nn.Linear(hidden_dims[-1], action_dim)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log_std) of the pre-squash Gaussian."""
+        features = self.trunk(obs)
+        span = self.log_std_max - self.log_std_min
+        log_std = self.log_std_min + 0.5 * span * (torch.tanh(self.log_std(features)) + 1.0)
+        return self.mean(features), log_std
+
+    def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterized action in [-1, 1] and its log-probability (B,)."""
+        mean, log_std = self(obs)
+        noise = torch.randn_like(mean)
+        pre_squash = mean + noise * log_std.exp()
+        gaussian = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+        # log |d tanh(u)/du| = log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable
+        squash = 2.0 * (math.log(2.0) - pre_squash - F.softplus(-2.0 * pre_squash))
+        log_prob = (gaussian - squash).sum(-1)
+        return torch.tanh(pre_squash).clamp(-1.0, 1.0), log_prob
+
+
+class ActorPolicy(nn.Module):
+    """The acting policy: observation normalizer + actor. ``forward`` is deterministic (the
+    tanh of the mean), which is what export and evaluation use; the collector samples."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int],
+        *,
+        normalize: bool = True,
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ):
+        super().__init__()
+        self.obs_dim, self.action_dim = obs_dim, action_dim
+        self.normalizer = ObsNormalizer(obs_dim, enabled=normalize)
+        self.actor = SquashedGaussianActor(
+            obs_dim, action_dim, hidden_dims, log_std_min=log_std_min, log_std_max=log_std_max
+        )
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mean, _ = self.actor(self.normalizer(obs))
+        return torch.tanh(mean).clamp(-1.0, 1.0)
+
+    def explore(self, obs: torch.Tensor) -> torch.Tensor:
+        action, _ = self.actor.sample(self.normalizer(obs))
+        return action
+
+
+class TwinDistributionalCritic(nn.Module):
+    """Two independent critics, each a categorical distribution over ``num_atoms`` returns."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int],
+        *,
+        num_atoms: int,
+        v_min: float,
+        v_max: float,
+    ):
+        super().__init__()
+        if num_atoms < 2 or not v_min < v_max:
+            raise ValueError(
+                f"num_atoms, v_min, v_max: expected >= 2 atoms over v_min < v_max, got "
+                f"{num_atoms}, {v_min}, {v_max}"
+            )
+        self.q1 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, num_atoms)
+        self.q2 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, num_atoms)
+        self.v_min, self.v_max = float(v_min), float(v_max)
+        self.register_buffer("atoms", torch.linspace(v_min, v_max, num_atoms))
+
+    atoms: torch.Tensor
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Logits (2, B, num_atoms)."""
+        x = torch.cat([obs, actions], dim=-1)
+        return torch.stack([self.q1(x), self.q2(x)])
+
+    def expected(self, logits: torch.Tensor) -> torch.Tensor:
+        """Mean of each distribution: (..., num_atoms) logits -> (...)."""
+        return (torch.softmax(logits.float(), dim=-1) * self.atoms).sum(-1)
+
+
+def project_distribution(
+    probs: torch.Tensor,
+    shift: torch.Tensor,
+    scale: torch.Tensor,
+    atoms: torch.Tensor,
+) -> torch.Tensor:
+    """Project the distribution ``shift + scale * Z`` (Z on ``atoms`` with ``probs``) back onto
+    ``atoms``, C51 style: each shifted atom is clamped to the support and its mass split
+    linearly between the two neighbouring atoms. probs (B, K), shift and scale (B,)."""
+    num_atoms = atoms.shape[0]
+    v_min, v_max = atoms[0], atoms[-1]
+    delta = (v_max - v_min) / (num_atoms - 1)
+    target = (shift[:, None] + scale[:, None] * atoms[None, :]).clamp(v_min, v_max)
+    position = (target - v_min) / delta
+    lower = position.floor().long().clamp(0, num_atoms - 1)
+    upper = position.ceil().long().clamp(0, num_atoms - 1)
+    # on an atom exactly, lower == upper and both weights below vanish: move one neighbour
+    exact = lower == upper
+    lower = torch.where(exact & (upper > 0), lower - 1, lower)
+    upper = torch.where(exact & (lower == upper), upper + 1, upper)
+    projected = torch.zeros_like(probs)
+    projected.scatter_add_(1, lower, probs * (upper.to(probs.dtype) - position))
+    projected.scatter_add_(1, upper, probs * (position - lower.to(probs.dtype)))
+    return projected
