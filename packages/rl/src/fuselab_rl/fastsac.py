@@ -1,0 +1,738 @@
+"""FastSAC: soft actor-critic for many parallel envs.
+
+The learner (:class:`FastSAC`) is the SAC of Haarnoja et al. with the changes that make it
+work at thousands of envs: twin distributional critics (C51, the n-step target distribution
+projected onto the support, the lower-mean target of the two per sample), n-step returns
+from a per-env replay (:mod:`fuselab_rl.replay`), LayerNorm + SiLU networks, running
+observation normalization, several critic updates per env step and a delayed actor and
+temperature update.
+
+:class:`FastSACTrainer` runs it in one of two modes (``algo.mode``):
+
+- ``async``: a collector process steps the env and writes transitions into a shared-memory
+  ring while this process learns and publishes the policy (:mod:`fuselab_rl.async_collect`).
+  The learner never exceeds ``updates_per_step`` updates per env step received (it waits for
+  data instead); a collector faster than that fills the replay faster.
+- ``sync``: one env step, then its updates, in this process (debugging, tests).
+
+An iteration is ``steps_per_iteration * updates_per_step`` critic updates in both modes (the
+first one also waits for ``learning_starts`` env steps of random actions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch.nn import functional as F
+
+from fuselab_rl.async_collect import (
+    AsyncCollector,
+    EnvSpec,
+    PolicyPacker,
+    transition_layout,
+    write_step,
+)
+from fuselab_rl.fastsac_networks import (
+    ActorPolicy,
+    ObsNormalizer,
+    TwinDistributionalCritic,
+    project_distribution,
+)
+from fuselab_rl.replay import NStepBatch, NStepReplay
+
+log = logging.getLogger(__name__)
+
+MODES = ("async", "sync")
+
+
+@dataclass(frozen=True)
+class FastSACConfig:
+    """``algo`` of the composed config (configs/algo/fastsac.yaml), checked."""
+
+    mode: str
+    steps_per_iteration: int
+    updates_per_step: float
+    actor_update_interval: int
+    learning_starts: int
+    batch_size: int
+    buffer_size: int
+    gamma: float
+    n_step: int
+    tau: float
+    num_atoms: int
+    v_min: float
+    v_max: float
+    alpha_init: float
+    target_entropy_scale: float
+    log_std_min: float
+    log_std_max: float
+    actor_lr: float
+    critic_lr: float
+    alpha_lr: float
+    weight_decay: float
+    max_grad_norm: float
+    actor_hidden_dims: tuple[int, ...]
+    critic_hidden_dims: tuple[int, ...]
+    obs_normalization: bool
+    bf16: bool
+    compile: bool
+    collector_threads: int | None
+    ring_slots: int
+    publish_interval: int
+    min_updates_per_step: float
+
+    @classmethod
+    def from_cfg(cls, algo: DictConfig) -> FastSACConfig:
+        raw: dict[str, Any] = OmegaConf.to_container(algo, resolve=True)  # type: ignore[assignment]
+        collector = raw.get("collector", {})
+        raw |= {
+            "collector_threads": collector.get("threads"),
+            "ring_slots": collector.get("ring_slots", 16),
+            "publish_interval": collector.get("publish_interval", 1),
+            "min_updates_per_step": collector.get("min_updates_per_step", 0.0),
+        }
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - raw.keys())
+        if missing:
+            raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
+        values = {k: raw[k] for k in names}
+        values["actor_hidden_dims"] = tuple(values["actor_hidden_dims"])
+        values["critic_hidden_dims"] = tuple(values["critic_hidden_dims"])
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"algo.mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
+        positive = (
+            "steps_per_iteration",
+            "updates_per_step",
+            "actor_update_interval",
+            "batch_size",
+            "buffer_size",
+            "n_step",
+            "num_atoms",
+            "publish_interval",
+        )
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise ValueError(f"algo.{name}: expected > 0, got {getattr(self, name)!r}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"algo.tau: expected a value in (0, 1], got {self.tau!r}")
+        if not 0.0 <= self.min_updates_per_step <= self.updates_per_step:
+            raise ValueError(
+                "algo.collector.min_updates_per_step: expected a value in [0, updates_per_step "
+                f"= {self.updates_per_step}], got {self.min_updates_per_step!r}"
+            )
+        if self.alpha_init <= 0:
+            raise ValueError(f"algo.alpha_init: expected > 0, got {self.alpha_init!r}")
+
+
+class FastSAC:
+    """Networks, optimizers, replay and the update; knows nothing about processes."""
+
+    def __init__(self, cfg: FastSACConfig, spec: EnvSpec, device: torch.device):
+        started = time.perf_counter()
+        self.cfg, self.spec, self.device = cfg, spec, device
+        actor_dim, critic_dim = spec.obs_dims["actor"], spec.obs_dims["critic"]
+        action_dim = spec.action_dim
+        self.policy_builder = functools.partial(
+            ActorPolicy,
+            actor_dim,
+            action_dim,
+            cfg.actor_hidden_dims,
+            normalize=cfg.obs_normalization,
+            log_std_min=cfg.log_std_min,
+            log_std_max=cfg.log_std_max,
+        )
+        self.policy = self.policy_builder().to(device)
+        self.critic_normalizer = ObsNormalizer(critic_dim, enabled=cfg.obs_normalization).to(device)
+        self.critic = TwinDistributionalCritic(
+            critic_dim,
+            action_dim,
+            cfg.critic_hidden_dims,
+            num_atoms=cfg.num_atoms,
+            v_min=cfg.v_min,
+            v_max=cfg.v_max,
+        ).to(device)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=device, requires_grad=True)
+        self.target_entropy = -cfg.target_entropy_scale * action_dim
+        self.actor_optimizer = torch.optim.AdamW(
+            self.policy.actor.parameters(), lr=cfg.actor_lr, weight_decay=cfg.weight_decay
+        )
+        self.critic_optimizer = torch.optim.AdamW(
+            self.critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay
+        )
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        self.replay = NStepReplay(
+            num_envs=spec.num_envs,
+            capacity_steps=max(cfg.buffer_size // spec.num_envs, cfg.n_step),
+            obs_dims=spec.obs_dims,
+            action_dim=action_dim,
+            n_step=cfg.n_step,
+            gamma=cfg.gamma,
+            device=device,
+        )
+        self.updates = 0  # critic updates so far
+        self.actor_updates = 0
+        self._critic_loss = self._critic_loss_eager
+        self._actor_loss = self._actor_loss_eager
+        if cfg.compile:
+            self._compile()
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+        log.info(
+            "FastSAC learner on %s: actor %s, critics 2 x %s over %d atoms [%g, %g], "
+            "%d-step returns, bf16 %s, compile %s (%.1f ms)",
+            device,
+            list(cfg.actor_hidden_dims),
+            list(cfg.critic_hidden_dims),
+            cfg.num_atoms,
+            cfg.v_min,
+            cfg.v_max,
+            cfg.n_step,
+            cfg.bf16,
+            cfg.compile,
+            (time.perf_counter() - started) * 1e3,
+        )
+
+    def _compile(self) -> None:
+        if not hasattr(torch, "compile"):
+            log.warning("algo.compile: this torch has no torch.compile; running eagerly")
+            return
+        started = time.perf_counter()
+        self._critic_loss = torch.compile(self._critic_loss_eager)
+        self._actor_loss = torch.compile(self._actor_loss_eager)
+        log.info(
+            "torch.compile wrapped the losses (%.1f ms; kernels build on the first update)",
+            (time.perf_counter() - started) * 1e3,
+        )
+
+    # -- data ------------------------------------------------------------------------------------
+
+    def observe(self, records: Sequence[dict[str, np.ndarray]]) -> None:
+        """Store env steps (transition records, in order) and update the normalizers with
+        their observations, once for all of them."""
+        for record in records:
+            self.replay.add(
+                {g: torch.from_numpy(record[f"obs.{g}"]) for g in self.spec.obs_dims},
+                torch.from_numpy(record["actions"]),
+                torch.from_numpy(record["reward"]),
+                torch.from_numpy(record["terminated"]),
+                torch.from_numpy(record["truncated"]),
+                {g: torch.from_numpy(record[f"next_obs.{g}"]) for g in self.spec.obs_dims},
+            )
+        written = self.replay.steps_written
+        rows = torch.arange(written - len(records), written, device=self.device)
+        rows %= self.replay.capacity
+        self.policy.normalizer.update(self.replay.obs["actor"][rows].flatten(0, 1))
+        self.critic_normalizer.update(self.replay.obs["critic"][rows].flatten(0, 1))
+
+    # -- update ----------------------------------------------------------------------------------
+
+    def update(self) -> None:
+        """One critic update, and every ``actor_update_interval`` an actor and temperature
+        update. Metrics accumulate on the device; :meth:`metrics` reads them once."""
+        batch = self.replay.sample(self.cfg.batch_size)
+        self._update_critic(batch)
+        self.updates += 1
+        if self.updates % self.cfg.actor_update_interval == 0:
+            self._update_actor(batch)
+            self.actor_updates += 1
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if not self.cfg.bf16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def _update_critic(self, batch: NStepBatch) -> None:
+        with self._autocast():
+            loss, q = self._critic_loss(
+                batch.obs["critic"],
+                batch.actions,
+                batch.returns,
+                batch.discount,
+                batch.next_obs["actor"],
+                batch.next_obs["critic"],
+            )
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self._clip(self.critic)
+        self.critic_optimizer.step()
+        with torch.no_grad():
+            for target, online in zip(
+                self.critic_target.parameters(), self.critic.parameters(), strict=True
+            ):
+                target.lerp_(online, self.cfg.tau)
+        self._add("Loss/critic", loss)
+        self._add("Policy/q", q)
+
+    def _critic_loss_eager(
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        returns: torch.Tensor,
+        discount: torch.Tensor,
+        next_actor_obs: torch.Tensor,
+        next_critic_obs: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.no_grad():
+            next_actions, next_log_prob = self.policy.actor.sample(
+                self.policy.normalizer(next_actor_obs)
+            )
+            target_logits = self.critic_target(
+                self.critic_normalizer(next_critic_obs), next_actions
+            )
+            target_probs = torch.softmax(target_logits.float(), dim=-1)  # (2, B, K)
+            atoms = self.critic.atoms
+            lower = (target_probs * atoms).sum(-1).argmin(0)  # clipped double Q, per sample
+            chosen = target_probs[lower, torch.arange(lower.shape[0], device=lower.device)]
+            alpha = self.log_alpha.exp()
+            shift = returns - discount * alpha * next_log_prob.float()
+            target = project_distribution(chosen, shift, discount, atoms)
+        logits = self.critic(self.critic_normalizer(obs), actions)
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        loss = -(target * log_probs).sum(-1).mean(-1).sum()
+        q = (log_probs.exp() * atoms).sum(-1).mean()
+        return loss, q.detach()
+
+    def _update_actor(self, batch: NStepBatch) -> None:
+        self.critic.requires_grad_(False)
+        try:
+            with self._autocast():
+                actor_loss, log_prob = self._actor_loss(batch.obs["actor"], batch.obs["critic"])
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self._clip(self.policy.actor)
+            self.actor_optimizer.step()
+        finally:
+            self.critic.requires_grad_(True)
+        alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
+        self.alpha_optimizer.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_optimizer.step()
+        self._add("Loss/actor", actor_loss)
+        self._add("Loss/alpha", alpha_loss)
+        self._add("Policy/entropy", -log_prob.mean())
+
+    def _actor_loss_eager(
+        self, actor_obs: torch.Tensor, critic_obs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        actions, log_prob = self.policy.actor.sample(self.policy.normalizer(actor_obs))
+        logits = self.critic(self.critic_normalizer(critic_obs), actions)
+        q = self.critic.expected(logits).min(0).values
+        alpha = self.log_alpha.detach().exp()
+        loss = (alpha * log_prob.float() - q).mean()
+        return loss, log_prob.detach().float()
+
+    def _clip(self, module: nn.Module) -> None:
+        if self.cfg.max_grad_norm > 0:
+            nn.utils.clip_grad_norm_(module.parameters(), self.cfg.max_grad_norm)
+
+    def _add(self, key: str, value: torch.Tensor) -> None:
+        value = value.detach().float()
+        self._sums[key] = self._sums[key] + value if key in self._sums else value
+        self._counts[key] = self._counts.get(key, 0) + 1
+
+    def metrics(self) -> dict[str, float]:
+        """Means since the last call (one device sync), and the temperature."""
+        out = {k: float(v) / self._counts[k] for k, v in self._sums.items()}
+        self._sums.clear()
+        self._counts.clear()
+        out["Policy/alpha"] = float(self.log_alpha.detach().exp())
+        return out
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy.state_dict(),
+            "critic_normalizer": self.critic_normalizer.state_dict(),
+            "critic": self.critic.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "alpha_optimizer": self.alpha_optimizer.state_dict(),
+            "updates": self.updates,
+            "actor_updates": self.actor_updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.critic_normalizer.load_state_dict(state["critic_normalizer"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.updates = int(state["updates"])
+        self.actor_updates = int(state["actor_updates"])
+
+
+class EpisodeWindow:
+    """Mean return and length over the last ``size`` finished episodes (rsl_rl's window),
+    from per-step (count, return sum, length sum) triples."""
+
+    def __init__(self, size: int = 100):
+        self.size = size
+        self._entries: deque[tuple[float, float, float]] = deque()
+        self._count = self._returns = self._lengths = 0.0
+
+    def add(self, count: float, return_sum: float, length_sum: float) -> None:
+        if count <= 0:
+            return
+        self._entries.append((count, return_sum, length_sum))
+        self._count += count
+        self._returns += return_sum
+        self._lengths += length_sum
+        while len(self._entries) > 1 and self._count - self._entries[0][0] >= self.size:
+            old = self._entries.popleft()
+            self._count -= old[0]
+            self._returns -= old[1]
+            self._lengths -= old[2]
+
+    def metrics(self) -> dict[str, float]:
+        if self._count <= 0:
+            return {}
+        return {
+            "Episode/return": self._returns / self._count,
+            "Episode/length": self._lengths / self._count,
+        }
+
+
+class StepStats:
+    """Per-iteration sums over transition records: term means, timing, policy lag."""
+
+    def __init__(self, spec: EnvSpec):
+        self.spec = spec
+        self.episodes = EpisodeWindow()
+        self.reset()
+
+    def reset(self) -> None:
+        self.steps = 0
+        self.reward_terms = np.zeros(len(self.spec.reward_terms))
+        self.terminations = np.zeros(len(self.spec.terminations))
+        self.busy_s = self.blocked_s = 0.0
+        self.lag_sum = 0.0
+        self.first_commit: float | None = None
+        self.last_commit: float | None = None
+
+    def add(self, record: dict[str, np.ndarray], learner_updates: int) -> None:
+        self.steps += 1
+        count, return_sum, length_sum = record["episodes"]
+        self.episodes.add(float(count), float(return_sum), float(length_sum))
+        self.reward_terms += record["reward_terms"]
+        self.terminations += record["terminations"]
+        busy_s, blocked_s, commit = record["timing"]
+        self.busy_s += float(busy_s)
+        self.blocked_s += float(blocked_s)
+        self.lag_sum += learner_updates - int(record["policy_updates"])
+        if self.first_commit is None:
+            self.first_commit = float(commit) - float(busy_s) - float(blocked_s)
+        self.last_commit = float(commit)
+
+    def metrics(self, previous_commit: float | None) -> dict[str, float]:
+        out = self.episodes.metrics()
+        if self.steps == 0:
+            return out
+        for name, total in zip(self.spec.reward_terms, self.reward_terms, strict=True):
+            out[f"Reward/{name}"] = float(total) / self.steps
+        for name, total in zip(self.spec.terminations, self.terminations, strict=True):
+            out[f"Termination/{name}"] = float(total) / self.steps
+        start = previous_commit if previous_commit is not None else self.first_commit
+        assert start is not None and self.last_commit is not None
+        wall_s = max(self.last_commit - start, 1e-9)
+        out |= {
+            "Perf/collect_steps_per_s": self.steps * self.spec.num_envs / wall_s,
+            "Perf/collect_s": self.busy_s,
+            "Perf/collect_blocked_s": self.blocked_s,
+            "Perf/policy_lag_updates": self.lag_sum / self.steps,
+        }
+        return out
+
+
+class FastSACTrainer:
+    """The runner's Trainer for FastSAC (see :mod:`fuselab_rl.runner`)."""
+
+    def __init__(self, cfg: DictConfig, device: torch.device, threads: Any, run_dir: Path):
+        started = time.perf_counter()
+        self.cfg = FastSACConfig.from_cfg(cfg.algo)
+        self.device = torch.device(device)
+        self.run_dir = Path(run_dir)
+        torch.manual_seed(int(cfg.seed))
+        self._collector: AsyncCollector | None = None
+        self._env: Any = None
+        total = int(getattr(threads, "total", None) or torch.get_num_threads())
+        if self.cfg.mode == "async":
+            collector_threads, learner_threads = split_threads(
+                total, self.device, self.cfg.collector_threads
+            )
+            torch.set_num_threads(learner_threads)
+            log.info(
+                "async FastSAC: %d threads -> collector %d (physics, fused kernel, policy on "
+                "cpu), learner %d (torch on %s)",
+                total,
+                collector_threads,
+                learner_threads,
+                self.device,
+            )
+            env_cfg = OmegaConf.to_container(cfg, resolve=True)
+            assert isinstance(env_cfg, dict)
+            env_cfg.pop("algo", None)
+            self._collector = AsyncCollector(
+                env_cfg, num_threads=collector_threads, seed=int(cfg.seed)
+            )
+            spec = self._collector.spec
+        else:
+            from fuselab_envs.registry import make_env
+
+            env_started = time.perf_counter()
+            self._env = make_env(cfg)
+            spec = EnvSpec.of(self._env)
+            log.info(
+                "sync FastSAC: env %s with %d envs (%.1f ms); torch %d threads on %s",
+                cfg.task_name,
+                spec.num_envs,
+                (time.perf_counter() - env_started) * 1e3,
+                torch.get_num_threads(),
+                self.device,
+            )
+        self.spec = spec
+        try:
+            self.learner = FastSAC(self.cfg, spec, self.device)
+            self.stats = StepStats(spec)
+            self.env_steps = 0  # env steps (of every env) received
+            self.iterations = 0
+            self._previous_commit: float | None = None
+            if self._collector is not None:
+                self._packer = PolicyPacker(self.learner.policy)
+                self._collector.start(
+                    policy_builder=self.learner.policy_builder,
+                    weights_numel=self._packer.numel,
+                    ring_slots=self._ring_slots(),
+                    random_steps=self.cfg.learning_starts,
+                )
+                self._publish()
+            else:
+                self._record = {
+                    name: np.zeros(shape, dtype)
+                    for name, shape, dtype in transition_layout(spec).fields
+                }
+                self._obs = self._env.reset_all()
+                self._rng = np.random.default_rng(int(cfg.seed))
+        except BaseException:
+            self.close()
+            raise
+        log.info("FastSAC trainer ready (%.1f ms)", (time.perf_counter() - started) * 1e3)
+
+    # -- the Trainer contract --------------------------------------------------------------------
+
+    def iterate(self) -> dict[str, float]:
+        started = time.perf_counter()
+        updates_goal = max(1, round(self.cfg.steps_per_iteration * self.cfg.updates_per_step))
+        if self._collector is not None:
+            timing = self._iterate_async(updates_goal)
+        else:
+            timing = self._iterate_sync()
+        metrics = self.stats.metrics(self._previous_commit)
+        self._previous_commit = self.stats.last_commit or self._previous_commit
+        updates = timing.pop("updates")
+        self.stats.reset()
+        metrics |= self.learner.metrics()
+        metrics |= timing
+        metrics |= {
+            "Perf/env_steps": float(self.env_steps * self.spec.num_envs),
+            "Perf/updates_per_s": updates / max(timing["Perf/learn_s"], 1e-9),
+            "Perf/iteration_s": time.perf_counter() - started,
+            "Perf/updates": float(self.learner.updates),
+        }
+        self.iterations += 1
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "algorithm": "fastsac",
+            "learner": self.learner.state_dict(),
+            "env_steps": self.env_steps,
+            "iterations": self.iterations,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("algorithm") != "fastsac":
+            raise ValueError(
+                f"checkpoint: expected a FastSAC state, got algorithm {state.get('algorithm')!r}"
+            )
+        self.learner.load_state_dict(state["learner"])
+        self.env_steps = int(state["env_steps"])
+        self.iterations = int(state["iterations"])
+        if self._collector is not None:
+            self._publish()
+
+    def export_policy(self) -> nn.Module:
+        """Deterministic CPU policy: actor obs (B, D) -> tanh of the mean (B, A)."""
+        policy = copy.deepcopy(self.learner.policy).to("cpu").eval()
+        return policy.requires_grad_(False)
+
+    def close(self) -> None:
+        if self._collector is not None:
+            self._collector.close()
+
+    # -- modes -----------------------------------------------------------------------------------
+
+    def _updates_allowed(self) -> int:
+        """Updates the ratio allows after the env steps received so far."""
+        fresh = self.env_steps - self.cfg.learning_starts + 1
+        return math.floor(self.cfg.updates_per_step * fresh + 1e-9) if fresh > 0 else 0
+
+    def _iterate_sync(self) -> dict[str, float]:
+        collect_s = learn_s = 0.0
+        updates = 0
+        for _ in range(self.cfg.steps_per_iteration):
+            step_started = time.perf_counter()
+            self._step_env()
+            collect_s += time.perf_counter() - step_started
+            learn_started = time.perf_counter()
+            while self.learner.updates < self._updates_allowed():
+                self.learner.update()
+                updates += 1
+            learn_s += time.perf_counter() - learn_started
+        return {"Perf/learn_s": learn_s, "updates": updates}
+
+    def _step_env(self) -> None:
+        started = time.perf_counter()
+        record = self._record
+        for group in self.spec.obs_dims:
+            np.copyto(record[f"obs.{group}"], self._obs[group])
+        if self.env_steps < self.cfg.learning_starts:
+            record["actions"][:] = self._rng.uniform(-1.0, 1.0, record["actions"].shape)
+        else:
+            with torch.inference_mode():
+                obs = torch.from_numpy(record["obs.actor"]).to(self.device)
+                record["actions"][:] = self.learner.policy.explore(obs).cpu().numpy()
+        result = self._env.step(record["actions"])
+        write_step(record, result)
+        self._obs = result.obs
+        record["policy_updates"][...] = self.learner.updates
+        record["timing"][:] = (time.perf_counter() - started, 0.0, time.monotonic())
+        self._take([record])
+
+    def _iterate_async(self, updates_goal: int) -> dict[str, float]:
+        assert self._collector is not None and self._collector.ring is not None
+        collector, ring = self._collector, self._collector.ring
+        learn_s = wait_s = 0.0
+        updates = 0
+        collector.check()
+        while updates < updates_goal:
+            self._drain(ring)
+            if self.learner.updates >= self._updates_allowed():
+                wait_started = time.perf_counter()
+                collector.wait_for_records(1)
+                wait_s += time.perf_counter() - wait_started
+                self._take_from(ring)
+                continue
+            update_started = time.perf_counter()
+            actor_updates = self.learner.actor_updates
+            self.learner.update()
+            if (
+                self.learner.actor_updates != actor_updates
+                and self.learner.actor_updates % self.cfg.publish_interval == 0
+            ):
+                self._publish()
+            learn_s += time.perf_counter() - update_started
+            updates += 1
+        return {
+            "Perf/learn_s": learn_s,
+            "Perf/learn_wait_s": wait_s,
+            "Perf/ring_fill": ring.available() / ring.slots,
+            "updates": updates,
+        }
+
+    def _drain(self, ring: Any) -> None:
+        """Take the records the minimum ratio lets go (every one when it is 0)."""
+        minimum = self.cfg.min_updates_per_step
+        count = ring.available()
+        if minimum > 0:
+            # records that keep updates >= minimum * (env steps after learning_starts + 1)
+            allowed = self.learner.updates / minimum + self.cfg.learning_starts - 1
+            count = min(count, max(0, math.floor(allowed) - self.env_steps))
+        if count:
+            self._take_from(ring, count)
+
+    def _take_from(self, ring: Any, count: int = 1) -> None:
+        records = [ring.peek(k) for k in range(count)]
+        for k, record in enumerate(records):
+            if int(record["seq"]) != self.env_steps + k:
+                raise RuntimeError(
+                    f"transition ring: expected record {self.env_steps + k}, got "
+                    f"{int(record['seq'])} (a lost or repeated env step)"
+                )
+        self._take(records)
+        ring.release(count)
+
+    def _take(self, records: Sequence[dict[str, np.ndarray]]) -> None:
+        self.learner.observe(records)
+        for record in records:
+            self.stats.add(record, self.learner.updates)
+        self.env_steps += len(records)
+
+    def _publish(self) -> None:
+        assert self._collector is not None and self._collector.weights is not None
+        self._collector.weights.publish(self._packer.pack(), tag=self.learner.updates)
+
+    def _ring_slots(self) -> int:
+        """The configured slots, fewer if they would take more than half of /dev/shm."""
+        from fuselab_rl.async_collect import _shm_free_bytes
+
+        record = transition_layout(self.spec).nbytes
+        slots = self.cfg.ring_slots
+        free = _shm_free_bytes()
+        if math.isfinite(free) and slots * record > free / 2:
+            fitted = max(2, int(free / 2 // record))
+            log.warning(
+                "algo.collector.ring_slots: %d slots of %.1f MiB exceed half of /dev/shm's "
+                "%.0f MiB free; using %d",
+                slots,
+                record / 2**20,
+                free / 2**20,
+                fitted,
+            )
+            slots = fitted
+        return slots
+
+
+def split_threads(
+    total: int, device: torch.device, collector_threads: int | None
+) -> tuple[int, int]:
+    """(collector, learner) threads out of ``total``: a CUDA learner needs one thread to feed
+    the GPU, a CPU learner gets half; the collector never gets fewer than one."""
+    if collector_threads is not None:
+        if not 1 <= collector_threads <= total:
+            raise ValueError(
+                f"algo.collector.threads: expected null or an int in 1..{total} (the thread "
+                f"budget), got {collector_threads!r}"
+            )
+        return collector_threads, max(1, total - collector_threads)
+    if total <= 1:
+        return 1, 1
+    if device.type == "cuda":
+        return total - 1, 1
+    return max(1, total // 2), total - max(1, total // 2)

@@ -1,0 +1,297 @@
+"""FastSAC's learning side: n-step replay against an oracle, the C51 projection, the squashed
+Gaussian, the config, learning cartpole in sync mode, state round trip and the exported policy."""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+
+import numpy as np
+import pytest
+import test_rl_fastsac_helpers as helpers  # first: it sets OMP_WAIT_POLICY before torch loads
+import torch
+
+from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer, split_threads
+from fuselab_rl.fastsac_networks import (
+    ActorPolicy,
+    ObsNormalizer,
+    SquashedGaussianActor,
+    project_distribution,
+)
+from fuselab_rl.replay import NStepReplay
+
+# -- replay ----------------------------------------------------------------------------------------
+
+
+def _nstep_oracle(history, step, env, n, gamma):
+    """(return, discount, next_obs) of the transition at (step, env), by walking the history."""
+    total, k = 0.0, 0
+    while True:
+        reward, terminated, truncated, next_obs = history[step + k][env]
+        total += gamma**k * reward
+        if terminated:
+            return total, 0.0, next_obs
+        if truncated or k == n - 1 or step + k + 1 == len(history):
+            return total, gamma ** (k + 1), next_obs
+        k += 1
+
+
+@pytest.mark.parametrize("steps", [5, 23])  # not yet wrapped, and wrapped twice
+def test_nstep_returns_match_an_oracle_with_terminations_truncations_and_the_newest_step(steps):
+    num_envs, capacity, n, gamma = 4, 9, 3, 0.9
+    replay = NStepReplay(
+        num_envs=num_envs,
+        capacity_steps=capacity,
+        obs_dims={"actor": 2, "critic": 3},
+        action_dim=1,
+        n_step=n,
+        gamma=gamma,
+        device=torch.device("cpu"),
+    )
+    rng = np.random.default_rng(0)
+    history = []
+    for t in range(steps):
+        reward = rng.normal(size=num_envs).astype(np.float32)
+        terminated = rng.random(num_envs) < 0.15
+        truncated = ~terminated & (rng.random(num_envs) < 0.15)
+        next_critic = rng.normal(size=(num_envs, 3)).astype(np.float32)
+        obs = {"actor": np.full((num_envs, 2), t, np.float32), "critic": np.zeros((num_envs, 3))}
+        next_obs = {"actor": np.full((num_envs, 2), t + 0.5, np.float32), "critic": next_critic}
+        replay.add(
+            {g: torch.as_tensor(o, dtype=torch.float32) for g, o in obs.items()},
+            torch.zeros(num_envs, 1),
+            torch.from_numpy(reward),
+            torch.from_numpy(terminated),
+            torch.from_numpy(truncated),
+            {g: torch.as_tensor(o, dtype=torch.float32) for g, o in next_obs.items()},
+        )
+        history.append(
+            [(reward[e], terminated[e], truncated[e], next_critic[e]) for e in range(num_envs)]
+        )
+    stored = range(max(0, steps - capacity), steps)
+    pairs = [(s, e) for s in stored for e in range(num_envs)]
+    batch = replay.gather(torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs]))
+    assert len(replay) == len(stored) * num_envs
+    for i, (s, e) in enumerate(pairs):
+        expected_return, expected_discount, expected_next = _nstep_oracle(history, s, e, n, gamma)
+        assert batch.returns[i].item() == pytest.approx(expected_return, rel=1e-5, abs=1e-6)
+        assert batch.discount[i].item() == pytest.approx(expected_discount, rel=1e-6)
+        np.testing.assert_array_equal(batch.next_obs["critic"][i].numpy(), expected_next)
+        assert batch.obs["actor"][i, 0].item() == s  # the first step's observation
+    sampled = replay.sample(64)
+    assert sampled.returns.shape == (64,) and sampled.next_obs["actor"].shape == (64, 2)
+    assert ((sampled.obs["actor"][:, 0] >= stored[0]) & (sampled.obs["actor"][:, 0] < steps)).all()
+
+
+# -- networks --------------------------------------------------------------------------------------
+
+
+def test_projection_keeps_mass_and_mean_and_clamps_to_the_support():
+    atoms = torch.linspace(-2.0, 2.0, 21)
+    probs = torch.softmax(torch.randn(5, 21), dim=-1)
+    shift = torch.tensor([0.0, 0.13, -0.31, 0.2, 5.0])
+    scale = torch.tensor([1.0, 0.9, 0.5, 0.0, 0.9])
+    projected = project_distribution(probs, shift, scale, atoms)
+    torch.testing.assert_close(projected.sum(-1), torch.ones(5))
+    assert (projected >= 0).all()
+    # rows 0..3 stay inside the support: linear splitting keeps the mean exactly
+    means = (probs * atoms).sum(-1)
+    torch.testing.assert_close((projected[:4] * atoms).sum(-1), shift[:4] + scale[:4] * means[:4])
+    torch.testing.assert_close(projected[0], probs[0])  # identity lands on the atoms themselves
+    assert projected[3, 11].item() == pytest.approx(1.0)  # scale 0: all mass at 0.2 = atom 11
+    assert projected[4, -1].item() == pytest.approx(1.0)  # far above: all mass on v_max
+
+
+def test_squashed_gaussian_log_prob_matches_torch_distributions():
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, [16], log_std_min=-3.0, log_std_max=0.0)
+    obs = torch.randn(256, 3)
+    torch.manual_seed(1)
+    actions, log_prob = actor.sample(obs)
+    mean, log_std = actor(obs)
+    torch.manual_seed(1)
+    pre_squash = mean + torch.randn_like(mean) * log_std.exp()
+    reference = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()),
+        torch.distributions.transforms.TanhTransform(cache_size=1),
+    )
+    squashed = torch.tanh(pre_squash)
+    expected = reference.log_prob(squashed).sum(-1)  # cache_size=1 inverts exactly
+    torch.testing.assert_close(actions, squashed)
+    torch.testing.assert_close(log_prob, expected, rtol=1e-4, atol=1e-4)
+    assert (log_std >= -3.0).all() and (log_std <= 0.0).all()
+
+
+def test_normalizer_matches_numpy_statistics_over_several_updates():
+    normalizer = ObsNormalizer(3)
+    data = np.random.default_rng(0).normal(2.0, 3.0, size=(1000, 3)).astype(np.float32)
+    for chunk in np.array_split(data, 7):
+        normalizer.update(torch.from_numpy(chunk))
+    np.testing.assert_allclose(normalizer.mean.numpy(), data.mean(0), rtol=1e-4)
+    np.testing.assert_allclose(normalizer.var.numpy(), data.var(0), rtol=1e-3)
+    assert normalizer.count.item() == 1000
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+def test_per_task_defaults_apply_and_a_command_line_value_wins():
+    cartpole = FastSACConfig.from_cfg(helpers.compose("cartpole").algo)
+    walk = FastSACConfig.from_cfg(helpers.compose("g1_walk_flat").algo)
+    assert (cartpole.batch_size, cartpole.actor_hidden_dims) == (256, (64, 64))
+    assert (walk.batch_size, walk.critic_hidden_dims) == (4096, (768, 384, 192))
+    assert (
+        FastSACConfig.from_cfg(helpers.compose("cartpole", algo=("batch_size=77",)).algo).batch_size
+        == 77
+    )
+
+
+def test_config_errors_name_the_key_and_the_accepted_values():
+    with pytest.raises(ValueError, match=r"algo.mode: expected one of async, sync, got 'fast'"):
+        FastSACConfig.from_cfg(helpers.compose(algo=("mode=fast",)).algo)
+    with pytest.raises(ValueError, match=r"algo.n_step: expected > 0, got 0"):
+        FastSACConfig.from_cfg(helpers.compose(algo=("n_step=0",)).algo)
+    with pytest.raises(
+        ValueError, match=r"algo.collector.threads: expected null or an int in 1..2"
+    ):
+        split_threads(2, torch.device("cpu"), 3)
+
+
+def test_thread_split_gives_a_cuda_learner_one_thread_and_a_cpu_learner_half():
+    assert split_threads(2, torch.device("cpu"), None) == (1, 1)
+    assert split_threads(16, torch.device("cuda"), None) == (15, 1)
+    assert split_threads(16, torch.device("cpu"), None) == (8, 8)
+    assert split_threads(1, torch.device("cpu"), None) == (1, 1)
+
+
+# -- training (sync mode) --------------------------------------------------------------------------
+
+THRESHOLD = 4.0  # cartpole's return: max ~10 (0.02 per upright step, 500 steps)
+
+
+def _train_until(trainer, threshold: float, budget_s: float) -> tuple[float, int, float]:
+    started, iterations, best = time.perf_counter(), 0, -math.inf
+    while time.perf_counter() - started < budget_s:
+        metrics = trainer.iterate()
+        iterations += 1
+        best = max(best, metrics.get("Episode/return", -math.inf))
+        if best >= threshold:
+            break
+    return best, iterations, time.perf_counter() - started
+
+
+def test_sync_fastsac_learns_cartpole_well_above_a_random_policy(tmp_path):
+    torch.set_num_threads(1)
+    cfg = helpers.compose("cartpole", algo=("mode=sync",))
+    random_return = helpers.random_policy_return(cfg)
+    assert 3 * random_return < THRESHOLD, f"random policy returns {random_return:.2f}"
+    trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.Threads(1), tmp_path)
+    try:
+        best, iterations, elapsed = _train_until(trainer, THRESHOLD, budget_s=75.0)
+        metrics = trainer.iterate()
+    finally:
+        trainer.close()
+    assert best >= THRESHOLD, (
+        f"return {best:.2f} after {iterations} iterations ({elapsed:.0f} s); random "
+        f"{random_return:.2f}"
+    )
+    expected = {
+        "Episode/return",
+        "Episode/length",
+        "Reward/upright",
+        "Termination/pole_fell",
+        "Termination/time_out",
+        "Perf/env_steps",
+        "Perf/collect_steps_per_s",
+        "Perf/collect_s",
+        "Perf/learn_s",
+        "Perf/updates_per_s",
+        "Loss/critic",
+        "Loss/actor",
+        "Loss/alpha",
+        "Policy/alpha",
+        "Policy/entropy",
+    }
+    assert expected <= metrics.keys()
+    assert all(math.isfinite(v) for v in metrics.values())
+
+
+# -- state and export ------------------------------------------------------------------------------
+
+
+def _assert_same(a, b, path="state"):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype, path
+        assert torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            _assert_same(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A sync trainer after a few iterations with updates (normalizers and optimizers moved)."""
+    torch.set_num_threads(1)
+    cfg = helpers.compose(
+        "cartpole", algo=("mode=sync", "learning_starts=2", "steps_per_iteration=4")
+    )
+    trainer = FastSACTrainer(
+        cfg, torch.device("cpu"), helpers.Threads(1), tmp_path_factory.mktemp("r")
+    )
+    for _ in range(3):
+        trainer.iterate()
+    yield cfg, trainer
+    trainer.close()
+
+
+def test_state_dict_round_trip_is_exact(trained, tmp_path):
+    cfg, trainer = trained
+    state = copy.deepcopy(trainer.state_dict())
+    assert state["learner"]["updates"] > 0 and state["learner"]["actor_optimizer"]["state"]
+    fresh = FastSACTrainer(cfg, torch.device("cpu"), helpers.Threads(1), tmp_path)
+    try:
+        with pytest.raises(AssertionError):  # a fresh trainer differs: the comparison can fail
+            _assert_same(state, fresh.state_dict())
+        path = tmp_path / "state.pt"
+        torch.save(state, path)
+        fresh.load_state_dict(torch.load(path, weights_only=False))
+        _assert_same(state, fresh.state_dict())
+        obs = torch.randn(32, 4) * 3
+        torch.testing.assert_close(
+            fresh.export_policy()(obs), trainer.export_policy()(obs), rtol=0, atol=0
+        )
+    finally:
+        fresh.close()
+    with pytest.raises(ValueError, match="checkpoint: expected a FastSAC state"):
+        trainer.load_state_dict({"algorithm": "ppo"})
+
+
+def test_exported_policy_is_deterministic_on_cpu_and_is_the_squashed_mean(trained):
+    _, trainer = trained
+    policy = trainer.export_policy()
+    learner_policy: ActorPolicy = trainer.learner.policy
+    assert learner_policy.normalizer.count.item() > 0  # the normalizer is really in play
+    assert not torch.equal(learner_policy.normalizer.mean, torch.zeros(4))
+    obs = torch.randn(64, 4, dtype=torch.float32) * 2
+    first, second = policy(obs), policy(obs)
+    assert first.shape == (64, 1) and first.dtype == torch.float32
+    assert first.device.type == "cpu"
+    assert torch.equal(first, second)
+    assert (first.abs() <= 1).all()
+    with torch.no_grad():
+        normalized = (obs - learner_policy.normalizer.mean) / torch.sqrt(
+            learner_policy.normalizer.var + learner_policy.normalizer.eps**2
+        )
+        mean, _ = learner_policy.actor(normalized.clamp(-5, 5))
+    torch.testing.assert_close(first, torch.tanh(mean))
+    trainer.iterate()  # the export is a copy: training on does not change it
+    assert torch.equal(policy(obs), first)
+    assert not any(p.requires_grad for p in policy.parameters())

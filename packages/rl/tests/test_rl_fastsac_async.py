@@ -1,0 +1,249 @@
+"""FastSAC's asynchronous machinery: the transition ring and the weight channel under
+cross-process stress, a dead collector or learner ending the run cleanly (and releasing the
+shared memory), and learning cartpole with the collector in its own process."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import test_rl_fastsac_helpers as helpers  # first: it sets OMP_WAIT_POLICY before torch loads
+import torch
+
+from fuselab_rl.async_collect import (
+    CollectorFailed,
+    RecordLayout,
+    TransitionRing,
+    WeightChannel,
+)
+from fuselab_rl.fastsac import FastSACTrainer
+
+SPAWN = mp.get_context("spawn")
+
+# -- ring ------------------------------------------------------------------------------------------
+
+STRESS_LAYOUT = RecordLayout.of(
+    {
+        "seq": ((), np.int64),
+        "wide": ((3000,), np.float32),  # several cache lines and pages: a copy takes a while
+        "small": ((3, 5), np.int32),
+        "flag": ((7,), np.float64),
+    }
+)
+RECORDS = 20_000
+
+
+def _produce(spec, count, full_hits):
+    ring = TransitionRing.attach(spec)
+    try:
+        for i in range(count):
+            slot = ring.try_claim()
+            if slot is None:
+                full_hits.value += 1
+                slot, _ = ring.claim(lambda: True)
+            for name in ("wide", "small", "flag"):  # field by field, then the sequence number
+                slot[name][...] = i
+            slot["seq"][...] = i
+            ring.commit()
+    finally:
+        ring.close()
+
+
+def test_ring_never_loses_duplicates_or_tears_a_record_across_processes():
+    ring = TransitionRing.create(STRESS_LAYOUT, slots=8)
+    full_hits = SPAWN.Value("q", 0)
+    producer = SPAWN.Process(target=_produce, args=(ring.spec, RECORDS, full_hits))
+    producer.start()
+    rng = np.random.default_rng(0)
+    empty_hits = 0
+    try:
+        for i in range(RECORDS):
+            deadline = time.perf_counter() + 60
+            while ring.available() == 0:
+                empty_hits += 1
+                assert producer.is_alive() or ring.available(), "producer died"
+                assert time.perf_counter() < deadline, f"no record {i} within 60 s"
+                time.sleep(0)
+            record = ring.peek()
+            assert int(record["seq"]) == i, f"record {i}: sequence {int(record['seq'])}"
+            for name in ("wide", "small", "flag"):
+                values = record[name]
+                assert (values == i).all(), f"record {i}: torn field {name} {np.unique(values)}"
+            ring.release()
+            if rng.random() < 0.001:  # now and then a slow consumer, so the ring fills up
+                time.sleep(0.01)
+        producer.join(10)
+        assert producer.exitcode == 0
+        assert ring.available() == 0 and ring.head == RECORDS == ring.tail
+        assert full_hits.value > 0 and empty_hits > 0, (full_hits.value, empty_hits)
+    finally:
+        producer.kill()
+        ring.close()
+        ring.unlink()
+
+
+# -- weight channel --------------------------------------------------------------------------------
+
+PAYLOAD = 1_000_000  # floats: a copy takes about a millisecond, so reads and writes overlap
+
+
+def _publish(spec, seconds):
+    channel = WeightChannel.attach(spec)
+    values = np.empty(PAYLOAD, np.float32)
+    try:
+        started, version = time.perf_counter(), 0
+        while time.perf_counter() - started < seconds:
+            version += 1
+            values.fill(version)  # version v is the payload full of v
+            assert channel.publish(values, tag=10 * version) == version
+    finally:
+        channel.close()
+
+
+def test_weight_channel_never_returns_a_mix_of_two_versions():
+    channel = WeightChannel.create(PAYLOAD)
+    writer = SPAWN.Process(target=_publish, args=(channel.spec, 3.0))
+    writer.start()
+    out = np.empty(PAYLOAD, np.float32)
+    last, reads, misses = 0, 0, 0
+    try:
+        deadline = time.perf_counter() + 60
+        while writer.is_alive() or channel.version > last:
+            assert time.perf_counter() < deadline
+            newer = channel.read_if_newer(last, out)
+            if newer is None:
+                misses += 1
+                continue
+            version, tag = newer
+            assert version > last, f"version went from {last} to {version}"
+            assert out[0] == version and (out == out[0]).all(), (
+                f"version {version}: mixed payload {np.unique(out)[:5]}"
+            )
+            assert tag == 10 * version
+            last, reads = version, reads + 1
+        writer.join(10)
+        assert writer.exitcode == 0
+        assert last == channel.version  # the newest version was read in the end
+        assert reads > 20, f"only {reads} reads of {channel.version} versions"
+    finally:
+        writer.kill()
+        channel.close()
+        channel.unlink()
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+
+def _async_cfg(*algo):
+    return helpers.compose(
+        "cartpole", algo=("mode=async", "learning_starts=4", "steps_per_iteration=4", *algo)
+    )
+
+
+def test_a_killed_collector_ends_the_run_with_an_error_naming_it_and_frees_shared_memory(
+    tmp_path,
+):
+    trainer = FastSACTrainer(_async_cfg(), torch.device("cpu"), helpers.Threads(2), tmp_path)
+    collector = trainer._collector
+    assert collector is not None and collector.ring is not None and collector.weights is not None
+    names = [collector.ring.spec.name, collector.weights.spec.name]
+    try:
+        assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
+        trainer.iterate()
+        assert collector.process.pid is not None
+        os.kill(collector.process.pid, signal.SIGKILL)
+        started = time.perf_counter()
+        with pytest.raises(
+            CollectorFailed, match=r"collector process \(pid \d+\) failed: killed by SIGKILL"
+        ):
+            for _ in range(100):
+                trainer.iterate()
+        assert time.perf_counter() - started < 5.0
+        assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
+        with pytest.raises(CollectorFailed, match="SIGKILL"):  # and it stays failed
+            trainer.iterate()
+    finally:
+        trainer.close()
+        trainer.close()  # idempotent
+    assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
+
+
+def test_a_collector_start_up_error_is_raised_in_the_learner_with_its_text(tmp_path):
+    before = set(helpers.our_segments())
+    cfg = _async_cfg()
+    cfg.env.decimation = 0  # FusedEnv rejects it, in the collector process
+    with pytest.raises(
+        CollectorFailed,
+        match=r"exit code 1: ValueError: decimation: expected a positive int, got 0",
+    ):
+        FastSACTrainer(cfg, torch.device("cpu"), helpers.Threads(2), tmp_path)
+    assert set(helpers.our_segments()) == before
+
+
+def _learner(cfg, tmp_path, queue):
+    trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.Threads(2), tmp_path)
+    collector = trainer._collector
+    assert collector is not None and collector.ring is not None and collector.weights is not None
+    trainer.iterate()
+    queue.put((collector.process.pid, collector.ring.spec.name, collector.weights.spec.name))
+    while True:
+        trainer.iterate()
+
+
+def test_a_killed_learner_stops_the_collector_which_frees_shared_memory(tmp_path):
+    queue = SPAWN.Queue()
+    # a tiny ring: the collector is blocked on a full ring when the learner dies
+    learner = SPAWN.Process(
+        target=_learner, args=(_async_cfg("collector.ring_slots=2"), tmp_path, queue)
+    )
+    learner.start()
+    try:
+        collector_pid, *names = queue.get(timeout=120)
+        assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
+        assert learner.pid is not None
+        os.kill(learner.pid, signal.SIGKILL)
+        learner.join(5)
+        deadline = time.perf_counter() + 5.0
+        while not helpers.process_gone(collector_pid):
+            assert time.perf_counter() < deadline, "the collector outlived its learner by 5 s"
+            time.sleep(0.05)
+        deadline = time.perf_counter() + 2.0
+        while any(os.path.exists(f"/dev/shm/{name}") for name in names):
+            assert time.perf_counter() < deadline, f"leaked: {names}"
+            time.sleep(0.05)
+    finally:
+        learner.kill()
+
+
+# -- learning --------------------------------------------------------------------------------------
+
+THRESHOLD = 4.0  # cartpole's return; random actions get about 0.9 (see test_rl_fastsac.py)
+
+
+def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tmp_path):
+    trainer = FastSACTrainer(
+        helpers.compose("cartpole"), torch.device("cpu"), helpers.Threads(2), tmp_path
+    )
+    assert trainer._collector is not None
+    best, iterations, metrics = -math.inf, 0, {}
+    started = time.perf_counter()
+    try:
+        while time.perf_counter() - started < 75.0 and best < THRESHOLD:
+            metrics = trainer.iterate()
+            iterations += 1
+            best = max(best, metrics.get("Episode/return", -math.inf))
+    finally:
+        trainer.close()
+    elapsed = time.perf_counter() - started
+    assert best >= THRESHOLD, f"return {best:.2f} after {iterations} iterations ({elapsed:.0f} s)"
+    # both ran at once: the collector delivered far more env steps than the learner's ratio
+    # would have asked for in sync mode
+    updates = metrics["Perf/updates"]
+    env_steps = metrics["Perf/env_steps"] / trainer.spec.num_envs
+    assert env_steps > updates, (env_steps, updates)
+    assert metrics["Perf/collect_steps_per_s"] > 0 and metrics["Perf/policy_lag_updates"] >= 0
