@@ -1,39 +1,34 @@
-"""Helpers shared by the FastSAC tests (no tests here): a composed config (task + algo=fastsac)
-without the runner, a random policy's return, our /dev/shm segments, process liveness."""
+"""Helpers shared by the FastSAC tests (no tests here): the composed config, a thread budget,
+a random policy's return, our /dev/shm segments, process liveness.
+
+The FastSAC tests import this module before torch (its name sorts first), so ``fuselab_rl``
+loads first and asks for sleeping OpenMP threads before torch loads the runtime: spinning idle
+threads slow training down by an order of magnitude on a 2-core machine.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-# torch's and Numba's shared OpenMP runtime reads this once, when loaded: spinning idle threads
-# slow everything down by an order of magnitude on a 2-core machine. fuselab_rl asks for it on
-# import too; this module is imported before torch by the FastSAC tests (its name sorts first).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import numpy as np
+from omegaconf import DictConfig
 
-from importlib.resources import files  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-
-from fuselab_envs import registry  # noqa: E402
+from fuselab_envs import registry
+from fuselab_rl.runner import compose_config
+from fuselab_rl.threads import ThreadBudget
 
 
-class Threads:
-    """A stand-in for the runner's ThreadBudget: the trainer reads ``total``."""
-
-    def __init__(self, total: int = 2):
-        self.total = total
+def threads(total: int) -> ThreadBudget:
+    return ThreadBudget(total=total, physics=total, kernel=total, torch=total)
 
 
 def compose(
     task: str = "cartpole", env: tuple[str, ...] = (), algo: tuple[str, ...] = ()
 ) -> DictConfig:
-    cfg = registry.compose(task, ["num_threads=1", *env])
-    OmegaConf.set_struct(cfg, False)
-    cfg.algo = OmegaConf.load(str(files("fuselab_rl.configs") / "algo" / "fastsac.yaml"))
-    cfg.merge_with(OmegaConf.from_dotlist([f"algo.{item}" for item in algo]))
-    return cfg
+    """The runner's composed config for ``task`` with algo=fastsac; one thread for physics."""
+    overrides = [f"task={task}", "algo=fastsac", "num_threads=1", *env]
+    return compose_config([*overrides, *(f"algo.{item}" for item in algo)])
 
 
 def random_policy_return(cfg: DictConfig, steps: int = 400, seed: int = 1) -> float:

@@ -403,7 +403,8 @@ class EnvSpec:
 
 
 # record fields besides the observations; "episodes": (count, return sum, length sum) of the
-# episodes that ended this step; "timing": (busy s, blocked s, monotonic commit time)
+# episodes that ended this step; "timing": (busy s, env.step s, blocked s, monotonic commit
+# time), busy being policy + env.step + copies
 def transition_layout(spec: EnvSpec) -> RecordLayout:
     n = spec.num_envs
     fields: dict[str, tuple[tuple[int, ...], Any]] = {"seq": ((), np.int64)}
@@ -418,7 +419,7 @@ def transition_layout(spec: EnvSpec) -> RecordLayout:
         "episodes": ((3,), np.float64),
         "reward_terms": ((len(spec.reward_terms),), np.float64),
         "terminations": ((len(spec.terminations),), np.float64),
-        "timing": ((3,), np.float64),
+        "timing": ((4,), np.float64),
         "policy_updates": ((), np.int64),
     }
     return RecordLayout.of(fields)
@@ -443,6 +444,21 @@ def write_step(record: Mapping[str, np.ndarray], result: Any) -> None:
     episodes[2] = info["episode_length"] * reset.size if reset.size else 0.0
     record["reward_terms"][:] = list(info["reward_terms"].values())
     record["terminations"][:] = list(info["terminations"].values())
+
+
+def record_info(record: Mapping[str, np.ndarray], spec: EnvSpec) -> dict[str, Any]:
+    """The summary of a step's ``info`` that :class:`fuselab_rl.episode_stats.EpisodeStats`
+    reads, rebuilt from a record (the inverse of :func:`write_step` for those keys)."""
+    count, return_sum, length_sum = (float(x) for x in record["episodes"])
+    info: dict[str, Any] = {
+        "reward_terms": dict(zip(spec.reward_terms, record["reward_terms"].tolist(), strict=True)),
+        "terminations": dict(zip(spec.terminations, record["terminations"].tolist(), strict=True)),
+        "reset_envs": np.empty(int(count), np.int64),  # only its size is read
+    }
+    if count:
+        info["episode_return"] = return_sum / count
+        info["episode_length"] = length_sum / count
+    return info
 
 
 # -- the collector process -------------------------------------------------------------------------
@@ -594,15 +610,18 @@ def _collect(
             with torch.inference_mode():
                 actions = policy.explore(torch.from_numpy(record["obs.actor"])).numpy()
         np.copyto(record["actions"], actions)
+        env_started = time.perf_counter()
         result = env.step(record["actions"])
+        env_s = time.perf_counter() - env_started
         write_step(record, result)
         obs = result.obs
         record["seq"][...] = step
         record["policy_updates"][...] = policy_updates
         timing = record["timing"]
         timing[0] = time.perf_counter() - started
-        timing[1] = blocked_s
-        timing[2] = time.monotonic()
+        timing[1] = env_s
+        timing[2] = blocked_s
+        timing[3] = time.monotonic()
         ring.commit()
         step += 1
 

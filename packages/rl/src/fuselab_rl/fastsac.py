@@ -27,7 +27,6 @@ import functools
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -43,15 +42,18 @@ from fuselab_rl.async_collect import (
     AsyncCollector,
     EnvSpec,
     PolicyPacker,
+    record_info,
     transition_layout,
     write_step,
 )
+from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
-    ObsNormalizer,
     TwinDistributionalCritic,
     project_distribution,
+    update_normalizer,
 )
+from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepBatch, NStepReplay
 
 log = logging.getLogger(__name__)
@@ -161,7 +163,9 @@ class FastSAC:
             log_std_max=cfg.log_std_max,
         )
         self.policy = self.policy_builder().to(device)
-        self.critic_normalizer = ObsNormalizer(critic_dim, enabled=cfg.obs_normalization).to(device)
+        self.critic_normalizer: nn.Module = (
+            EmpiricalNormalization(critic_dim) if cfg.obs_normalization else nn.Identity()
+        ).to(device)
         self.critic = TwinDistributionalCritic(
             critic_dim,
             action_dim,
@@ -241,8 +245,8 @@ class FastSAC:
         written = self.replay.steps_written
         rows = torch.arange(written - len(records), written, device=self.device)
         rows %= self.replay.capacity
-        self.policy.normalizer.update(self.replay.obs["actor"][rows].flatten(0, 1))
-        self.critic_normalizer.update(self.replay.obs["critic"][rows].flatten(0, 1))
+        update_normalizer(self.policy.normalizer, self.replay.obs["actor"][rows].flatten(0, 1))
+        update_normalizer(self.critic_normalizer, self.replay.obs["critic"][rows].flatten(0, 1))
 
     # -- update ----------------------------------------------------------------------------------
 
@@ -388,86 +392,59 @@ class FastSAC:
         self.actor_updates = int(state["actor_updates"])
 
 
-class EpisodeWindow:
-    """Mean return and length over the last ``size`` finished episodes (rsl_rl's window),
-    from per-step (count, return sum, length sum) triples."""
-
-    def __init__(self, size: int = 100):
-        self.size = size
-        self._entries: deque[tuple[float, float, float]] = deque()
-        self._count = self._returns = self._lengths = 0.0
-
-    def add(self, count: float, return_sum: float, length_sum: float) -> None:
-        if count <= 0:
-            return
-        self._entries.append((count, return_sum, length_sum))
-        self._count += count
-        self._returns += return_sum
-        self._lengths += length_sum
-        while len(self._entries) > 1 and self._count - self._entries[0][0] >= self.size:
-            old = self._entries.popleft()
-            self._count -= old[0]
-            self._returns -= old[1]
-            self._lengths -= old[2]
-
-    def metrics(self) -> dict[str, float]:
-        if self._count <= 0:
-            return {}
-        return {
-            "Episode/return": self._returns / self._count,
-            "Episode/length": self._lengths / self._count,
-        }
-
-
 class StepStats:
-    """Per-iteration sums over transition records: term means, timing, policy lag."""
+    """Per-iteration sums over transition records: episodes and terms (through the runner's
+    :class:`EpisodeStats`, fed the step summaries the records carry), timing, policy lag."""
 
     def __init__(self, spec: EnvSpec):
         self.spec = spec
-        self.episodes = EpisodeWindow()
+        self.episodes = EpisodeStats(spec.num_envs)
+        self.last_commit: float | None = None  # the newest record's commit time, kept across
         self.reset()
 
     def reset(self) -> None:
         self.steps = 0
-        self.reward_terms = np.zeros(len(self.spec.reward_terms))
-        self.terminations = np.zeros(len(self.spec.terminations))
-        self.busy_s = self.blocked_s = 0.0
-        self.lag_sum = 0.0
-        self.first_commit: float | None = None
-        self.last_commit: float | None = None
+        self.busy_s = self.env_s = self.blocked_s = self.lag_sum = 0.0
+        self.first_start: float | None = None
 
     def add(self, record: dict[str, np.ndarray], learner_updates: int) -> None:
         self.steps += 1
-        count, return_sum, length_sum = record["episodes"]
-        self.episodes.add(float(count), float(return_sum), float(length_sum))
-        self.reward_terms += record["reward_terms"]
-        self.terminations += record["terminations"]
-        busy_s, blocked_s, commit = record["timing"]
-        self.busy_s += float(busy_s)
-        self.blocked_s += float(blocked_s)
+        self.episodes.add(record_info(record, self.spec))
+        busy_s, env_s, blocked_s, commit = (float(x) for x in record["timing"])
+        self.busy_s += busy_s
+        self.env_s += env_s
+        self.blocked_s += blocked_s
         self.lag_sum += learner_updates - int(record["policy_updates"])
-        if self.first_commit is None:
-            self.first_commit = float(commit) - float(busy_s) - float(blocked_s)
-        self.last_commit = float(commit)
+        if self.first_start is None:
+            self.first_start = commit - busy_s - blocked_s
+        self.last_commit = commit
 
-    def metrics(self, previous_commit: float | None) -> dict[str, float]:
+    def metrics(self, since: float | None, continuous: bool) -> dict[str, float]:
+        """This iteration's metrics. ``continuous``: the collector runs all the time (its own
+        process), so its rate is over wall-clock time since ``since`` (the previous iteration's
+        last commit), waits on a full ring included; else over its busy time, as in PPO."""
         out = self.episodes.metrics()
         if self.steps == 0:
             return out
-        for name, total in zip(self.spec.reward_terms, self.reward_terms, strict=True):
-            out[f"Reward/{name}"] = float(total) / self.steps
-        for name, total in zip(self.spec.terminations, self.terminations, strict=True):
-            out[f"Termination/{name}"] = float(total) / self.steps
-        start = previous_commit if previous_commit is not None else self.first_commit
+        start = since if since is not None else self.first_start
         assert start is not None and self.last_commit is not None
-        wall_s = max(self.last_commit - start, 1e-9)
+        env_steps = self.steps * self.spec.num_envs
+        collect_s = self.last_commit - start if continuous else self.busy_s
         out |= {
-            "Perf/collect_steps_per_s": self.steps * self.spec.num_envs / wall_s,
+            "Perf/collect_steps_per_s": env_steps / max(collect_s, 1e-9),
             "Perf/collect_s": self.busy_s,
+            "Perf/env_s": self.env_s,
+            "Perf/env_steps_per_s": env_steps / max(self.env_s, 1e-9),
             "Perf/collect_blocked_s": self.blocked_s,
             "Perf/policy_lag_updates": self.lag_sum / self.steps,
         }
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.episodes.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.episodes.load_state_dict(state)
 
 
 class FastSACTrainer:
@@ -548,19 +525,20 @@ class FastSACTrainer:
 
     def iterate(self) -> dict[str, float]:
         started = time.perf_counter()
+        env_steps = self.env_steps
         updates_goal = max(1, round(self.cfg.steps_per_iteration * self.cfg.updates_per_step))
         if self._collector is not None:
             timing = self._iterate_async(updates_goal)
         else:
             timing = self._iterate_sync()
-        metrics = self.stats.metrics(self._previous_commit)
-        self._previous_commit = self.stats.last_commit or self._previous_commit
+        metrics = self.stats.metrics(self._previous_commit, continuous=self._collector is not None)
+        self._previous_commit = self.stats.last_commit
         updates = timing.pop("updates")
         self.stats.reset()
         metrics |= self.learner.metrics()
         metrics |= timing
         metrics |= {
-            "Perf/env_steps": float(self.env_steps * self.spec.num_envs),
+            "Perf/env_steps": float((self.env_steps - env_steps) * self.spec.num_envs),
             "Perf/updates_per_s": updates / max(timing["Perf/learn_s"], 1e-9),
             "Perf/iteration_s": time.perf_counter() - started,
             "Perf/updates": float(self.learner.updates),
@@ -572,6 +550,7 @@ class FastSACTrainer:
         return {
             "algorithm": "fastsac",
             "learner": self.learner.state_dict(),
+            "episode_stats": self.stats.state_dict(),
             "env_steps": self.env_steps,
             "iterations": self.iterations,
         }
@@ -582,6 +561,7 @@ class FastSACTrainer:
                 f"checkpoint: expected a FastSAC state, got algorithm {state.get('algorithm')!r}"
             )
         self.learner.load_state_dict(state["learner"])
+        self.stats.load_state_dict(state["episode_stats"])
         self.env_steps = int(state["env_steps"])
         self.iterations = int(state["iterations"])
         if self._collector is not None:
@@ -628,11 +608,13 @@ class FastSACTrainer:
             with torch.inference_mode():
                 obs = torch.from_numpy(record["obs.actor"]).to(self.device)
                 record["actions"][:] = self.learner.policy.explore(obs).cpu().numpy()
+        env_started = time.perf_counter()
         result = self._env.step(record["actions"])
+        env_s = time.perf_counter() - env_started
         write_step(record, result)
         self._obs = result.obs
         record["policy_updates"][...] = self.learner.updates
-        record["timing"][:] = (time.perf_counter() - started, 0.0, time.monotonic())
+        record["timing"][:] = (time.perf_counter() - started, env_s, 0.0, time.monotonic())
         self._take([record])
 
     def _iterate_async(self, updates_goal: int) -> dict[str, float]:

@@ -1,5 +1,6 @@
-"""FastSAC's networks: a tanh-squashed Gaussian actor, twin distributional (C51) critics, an
-observation normalizer, and the categorical projection of a shifted return distribution.
+"""FastSAC's networks: a tanh-squashed Gaussian actor, twin distributional (C51) critics, and
+the categorical projection of a shifted return distribution. Observations are normalized by
+:class:`fuselab_rl.networks.EmpiricalNormalization`, as in PPO.
 
 They live apart from :mod:`fuselab_rl.fastsac` so that the collector process can build the
 acting policy (:class:`ActorPolicy`) without importing the learner.
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from fuselab_rl.networks import EmpiricalNormalization
 
 
 def layer_norm_trunk(in_dim: int, hidden_dims: Sequence[int]) -> nn.Sequential:
@@ -30,45 +33,6 @@ def layer_norm_mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int) -> nn.
     return nn.Sequential(
         *layer_norm_trunk(in_dim, hidden_dims), nn.Linear(hidden_dims[-1], out_dim)
     )
-
-
-class ObsNormalizer(nn.Module):
-    """Running mean and variance of observations (Chan's parallel update); ``forward``
-    normalizes with the current statistics and never updates them, so evaluating, exporting
-    and acting are side-effect free. ``update`` is called explicitly on new data."""
-
-    def __init__(self, dim: int, *, enabled: bool = True, eps: float = 1e-2, clip: float = 5.0):
-        super().__init__()
-        self.enabled, self.eps, self.clip = enabled, eps, clip
-        self.register_buffer("mean", torch.zeros(dim))
-        self.register_buffer("var", torch.ones(dim))
-        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
-
-    mean: torch.Tensor
-    var: torch.Tensor
-    count: torch.Tensor
-
-    @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
-        if not self.enabled or x.shape[0] == 0:
-            return
-        x = x.to(self.mean.device, torch.float32)
-        batch_count = x.shape[0]
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
-        total = self.count + batch_count
-        weight = (batch_count / total).to(torch.float32)
-        delta = batch_mean - self.mean
-        self.mean += delta * weight
-        # M2 merge, divided by the new total: var_a * w_a + var_b * w_b + delta^2 * w_a * w_b
-        self.var.mul_(1 - weight).add_(batch_var * weight + delta.square() * weight * (1 - weight))
-        self.count.copy_(total)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.enabled:
-            return x
-        std = torch.sqrt(self.var + self.eps * self.eps)
-        return torch.clamp((x - self.mean) / std, -self.clip, self.clip)
 
 
 class SquashedGaussianActor(nn.Module):
@@ -114,7 +78,8 @@ class SquashedGaussianActor(nn.Module):
 
 class ActorPolicy(nn.Module):
     """The acting policy: observation normalizer + actor. ``forward`` is deterministic (the
-    tanh of the mean), which is what export and evaluation use; the collector samples."""
+    tanh of the mean), which is what export and evaluation use; the collector samples. The
+    normalizer's statistics change only through :func:`update_normalizer`."""
 
     def __init__(
         self,
@@ -128,7 +93,7 @@ class ActorPolicy(nn.Module):
     ):
         super().__init__()
         self.obs_dim, self.action_dim = obs_dim, action_dim
-        self.normalizer = ObsNormalizer(obs_dim, enabled=normalize)
+        self.normalizer: nn.Module = EmpiricalNormalization(obs_dim) if normalize else nn.Identity()
         self.actor = SquashedGaussianActor(
             obs_dim, action_dim, hidden_dims, log_std_min=log_std_min, log_std_max=log_std_max
         )
@@ -202,3 +167,9 @@ def project_distribution(
     projected.scatter_add_(1, lower, probs * (upper.to(probs.dtype) - position))
     projected.scatter_add_(1, upper, probs * (position - lower.to(probs.dtype)))
     return projected
+
+
+def update_normalizer(normalizer: nn.Module, obs: torch.Tensor) -> None:
+    """Merge ``obs`` (B, D) into a normalizer's statistics (nothing for ``nn.Identity``)."""
+    if isinstance(normalizer, EmpiricalNormalization):
+        normalizer.update(obs)
