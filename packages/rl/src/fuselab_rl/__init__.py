@@ -1,5 +1,11 @@
-"""fuselab-rl: see the package README; the implementation lands with its issue."""
+"""fuselab-rl: the runner, PPO, checkpoints and the fuselab-train / fuselab-play / fuselab-list
+command line (see the package README)."""
 
 from importlib.metadata import version
+
+from fuselab_rl.threads import prefer_sleeping_omp_threads
+
+# Before torch loads OpenMP: its threads must sleep, not spin, while the physics threads run.
+prefer_sleeping_omp_threads()
 
 __version__ = version("fuselab-rl")

@@ -1,0 +1,153 @@
+"""Networks: an MLP, a running observation normalizer, and PPO's actor-critic.
+
+The actor and the critic read different observation groups (the critic's may hold privileged
+quantities); each has its own normalizer. The policy a robot runs is the actor's mean action
+with its normalizer in front: :meth:`ActorCritic.policy` returns exactly that, as its own
+module, for export.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "elu": nn.ELU,
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "selu": nn.SELU,
+    "leaky_relu": nn.LeakyReLU,
+}
+
+
+def activation_class(name: str) -> type[nn.Module]:
+    if name not in ACTIVATIONS:
+        raise ValueError(
+            f"algo.policy.activation: expected one of {', '.join(ACTIVATIONS)}, got {name!r}"
+        )
+    return ACTIVATIONS[name]
+
+
+class MLP(nn.Sequential):
+    """Linear layers with an activation between them (none after the last)."""
+
+    def __init__(
+        self, in_dim: int, hidden_dims: Sequence[int], out_dim: int, activation: str = "elu"
+    ):
+        act = activation_class(activation)
+        layers: list[nn.Module] = []
+        dims = [in_dim, *hidden_dims]
+        for a, b in zip(dims[:-1], dims[1:], strict=True):
+            layers += [nn.Linear(a, b), act()]
+        layers.append(nn.Linear(dims[-1], out_dim))
+        super().__init__(*layers)
+
+
+class EmpiricalNormalization(nn.Module):
+    """(x - mean) / (std + eps) with the mean and variance of every sample seen while training.
+
+    Statistics are buffers (saved with the module); ``update`` merges a batch with Chan's
+    parallel formula, so the result does not depend on how samples were batched.
+    """
+
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, dim: int, eps: float = 1e-2):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / (self.var.sqrt() + self.eps)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        batch = x.shape[0]
+        if batch == 0:
+            return
+        batch_mean = x.mean(dim=0)
+        batch_var = x.var(dim=0, unbiased=False)
+        total = self.count + batch
+        weight = (batch / total).to(x.dtype)
+        delta = batch_mean - self.mean
+        self.mean += delta * weight
+        # Merged sum of squared deviations, divided by the new count.
+        self.var.mul_(1.0 - weight).add_(
+            batch_var * weight + delta.square() * weight * (1 - weight)
+        )
+        self.count.copy_(total)
+
+
+class Policy(nn.Module):
+    """What a robot runs: actor observations (B, D) -> deterministic actions (B, A)."""
+
+    def __init__(self, normalizer: nn.Module, actor: nn.Module):
+        super().__init__()
+        self.normalizer = normalizer
+        self.actor = actor
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(self.normalizer(obs))
+
+
+class ActorCritic(nn.Module):
+    """A Gaussian policy with a state-independent log std, and a value function."""
+
+    def __init__(
+        self,
+        actor_obs_dim: int,
+        critic_obs_dim: int,
+        action_dim: int,
+        *,
+        actor_hidden_dims: Sequence[int] = (512, 256, 128),
+        critic_hidden_dims: Sequence[int] = (512, 256, 128),
+        activation: str = "elu",
+        init_noise_std: float = 1.0,
+        actor_obs_normalization: bool = True,
+        critic_obs_normalization: bool = True,
+    ):
+        super().__init__()
+        if not init_noise_std > 0:
+            raise ValueError(
+                f"algo.policy.init_noise_std: expected a positive float, got {init_noise_std!r}"
+            )
+        self.actor = MLP(actor_obs_dim, actor_hidden_dims, action_dim, activation)
+        self.critic = MLP(critic_obs_dim, critic_hidden_dims, 1, activation)
+        self.actor_normalizer: nn.Module = (
+            EmpiricalNormalization(actor_obs_dim) if actor_obs_normalization else nn.Identity()
+        )
+        self.critic_normalizer: nn.Module = (
+            EmpiricalNormalization(critic_obs_dim) if critic_obs_normalization else nn.Identity()
+        )
+        self.log_std = nn.Parameter(torch.full((action_dim,), math.log(init_noise_std)))
+
+    def action_mean(self, actor_obs: torch.Tensor) -> torch.Tensor:
+        return self.actor(self.actor_normalizer(actor_obs))
+
+    def distribution(self, actor_obs: torch.Tensor) -> torch.distributions.Normal:
+        mean = self.action_mean(actor_obs)
+        return torch.distributions.Normal(mean, self.log_std.exp().expand_as(mean))
+
+    def value(self, critic_obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.critic_normalizer(critic_obs)).squeeze(-1)
+
+    def update_normalizers(self, actor_obs: torch.Tensor, critic_obs: torch.Tensor) -> None:
+        for normalizer, obs in (
+            (self.actor_normalizer, actor_obs),
+            (self.critic_normalizer, critic_obs),
+        ):
+            if isinstance(normalizer, EmpiricalNormalization):
+                normalizer.update(obs)
+
+    def policy(self) -> Policy:
+        """A CPU copy of the deterministic policy (normalizer + actor), in eval mode."""
+        exported = Policy(copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor))
+        return exported.to("cpu").eval()

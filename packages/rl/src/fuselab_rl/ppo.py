@@ -1,0 +1,382 @@
+"""PPO: rsl_rl's recipe (clipped surrogate, clipped value loss, GAE, adaptive-KL learning rate,
+entropy bonus, gradient-norm clipping), and PPOTrainer, which collects rollouts from a FusedEnv
+in this process and feeds them to it.
+
+One iteration, top to bottom (:meth:`PPOTrainer.iterate`)::
+
+    T steps x N envs: normalize obs -> sample actions -> env.step -> store (bootstrapping the
+    value of time-outs from their terminal observation) -> GAE -> epochs x mini-batches of
+    PPO.update
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from fuselab_rl.episode_stats import EpisodeStats
+from fuselab_rl.networks import ActorCritic
+from fuselab_rl.storage import RolloutStorage
+from fuselab_rl.threads import ThreadBudget
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("adaptive", "fixed")
+MIN_LEARNING_RATE, MAX_LEARNING_RATE = 1e-5, 1e-2  # bounds of the adaptive schedule
+
+
+@dataclass
+class PPOCfg:
+    """``algo.*`` of configs/algo/ppo.yaml (``policy`` is the network's; see ActorCritic)."""
+
+    num_steps_per_env: int = 24
+    num_learning_epochs: int = 5
+    num_mini_batches: int = 4
+    learning_rate: float = 1e-3
+    schedule: str = "adaptive"
+    desired_kl: float = 0.01
+    gamma: float = 0.99
+    lam: float = 0.95
+    clip_param: float = 0.2
+    value_loss_coef: float = 1.0
+    use_clipped_value_loss: bool = True
+    entropy_coef: float = 0.01
+    max_grad_norm: float = 1.0
+    clip_actions: float | None = None
+
+    def __post_init__(self) -> None:
+        def check(name: str, ok: bool, accepted: str) -> None:
+            if not ok:
+                raise ValueError(f"algo.{name}: expected {accepted}, got {getattr(self, name)!r}")
+
+        for name in ("num_steps_per_env", "num_learning_epochs", "num_mini_batches"):
+            value = getattr(self, name)
+            check(
+                name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, ">= 1"
+            )
+        check("learning_rate", self.learning_rate > 0, "a positive float")
+        check("schedule", self.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}")
+        check("desired_kl", self.desired_kl > 0, "a positive float")
+        check("gamma", 0 < self.gamma <= 1, "a float in (0, 1]")
+        check("lam", 0 <= self.lam <= 1, "a float in [0, 1]")
+        check("clip_param", self.clip_param > 0, "a positive float")
+        check("max_grad_norm", self.max_grad_norm > 0, "a positive float")
+        check("clip_actions", self.clip_actions is None or self.clip_actions > 0, "null or > 0")
+
+    @classmethod
+    def from_config(cls, algo: DictConfig) -> PPOCfg:
+        values = OmegaConf.to_container(algo, resolve=True)
+        assert isinstance(values, dict)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted({str(k) for k in values} - known - {"name", "policy"})
+        if unknown:
+            raise ValueError(f"algo: unknown PPO keys {unknown}; accepted: {sorted(known)}")
+        return cls(**{k: v for k, v in values.items() if k in known})  # type: ignore[arg-type]
+
+
+def compute_gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    last_values: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation over (T, N) tensors; returns (returns, advantages).
+
+    ``dones[t]`` ends the episode after step t: nothing flows back across it (time-outs carry
+    their bootstrapped value in ``rewards`` already).
+    """
+    advantages = torch.zeros_like(rewards)
+    advantage = torch.zeros_like(last_values)
+    next_values = last_values
+    for t in reversed(range(rewards.shape[0])):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * not_done * next_values - values[t]
+        advantage = delta + gamma * lam * not_done * advantage
+        advantages[t] = advantage
+        next_values = values[t]
+    return advantages + values, advantages
+
+
+class PPO:
+    """The update: epochs of mini-batches over one rollout."""
+
+    def __init__(self, policy: ActorCritic, cfg: PPOCfg):
+        self.policy, self.cfg = policy, cfg
+        self.learning_rate = cfg.learning_rate
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+
+    def compute_returns(self, storage: RolloutStorage, last_values: torch.Tensor) -> None:
+        returns, advantages = compute_gae(
+            storage.rewards,
+            storage.values,
+            storage.dones,
+            last_values,
+            self.cfg.gamma,
+            self.cfg.lam,
+        )
+        storage.returns.copy_(returns)
+        # Normalized over the whole rollout (rsl_rl's default), not per mini-batch.
+        storage.advantages.copy_((advantages - advantages.mean()) / (advantages.std() + 1e-8))
+
+    def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
+        cfg = self.cfg
+        sums = dict.fromkeys(("surrogate", "value", "entropy", "kl", "clip_fraction"), 0.0)
+        batches = 0
+        for batch in storage.mini_batches(cfg.num_mini_batches, cfg.num_learning_epochs, generator):
+            dist = self.policy.distribution(batch.actor_obs)
+            log_probs = dist.log_prob(batch.actions).sum(-1)
+            values = self.policy.value(batch.critic_obs)
+            entropy = dist.entropy().sum(-1).mean()
+
+            with torch.no_grad():
+                kl = _gaussian_kl(batch.old_mean, batch.old_std, dist.mean, dist.stddev).mean()
+            if cfg.schedule == "adaptive":
+                self._adapt_learning_rate(kl.item())
+
+            ratio = torch.exp(log_probs - batch.old_log_probs)
+            surrogate = -batch.advantages * ratio
+            surrogate_clipped = -batch.advantages * ratio.clamp(
+                1.0 - cfg.clip_param, 1.0 + cfg.clip_param
+            )
+            surrogate_loss = torch.max(surrogate, surrogate_clipped).mean()
+
+            if cfg.use_clipped_value_loss:
+                values_clipped = batch.old_values + (values - batch.old_values).clamp(
+                    -cfg.clip_param, cfg.clip_param
+                )
+                value_loss = torch.max(
+                    (values - batch.returns).square(), (values_clipped - batch.returns).square()
+                ).mean()
+            else:
+                value_loss = (values - batch.returns).square().mean()
+
+            loss = surrogate_loss + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+
+            batches += 1
+            sums["surrogate"] += surrogate_loss.item()
+            sums["value"] += value_loss.item()
+            sums["entropy"] += entropy.item()
+            sums["kl"] += kl.item()
+            sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
+        means = {k: v / max(batches, 1) for k, v in sums.items()}
+        return {
+            "Loss/surrogate": means["surrogate"],
+            "Loss/value": means["value"],
+            "Loss/entropy": means["entropy"],
+            "Policy/kl": means["kl"],
+            "Policy/clip_fraction": means["clip_fraction"],
+            "Policy/learning_rate": self.learning_rate,
+            "Policy/noise_std": self.policy.log_std.detach().exp().mean().item(),
+        }
+
+    def _adapt_learning_rate(self, kl: float) -> None:
+        """rsl_rl's schedule: shrink the step when the policy moved too far, grow it when not."""
+        if kl > 2.0 * self.cfg.desired_kl:
+            self.learning_rate = max(MIN_LEARNING_RATE, self.learning_rate / 1.5)
+        elif 0.0 < kl < 0.5 * self.cfg.desired_kl:
+            self.learning_rate = min(MAX_LEARNING_RATE, self.learning_rate * 1.5)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate
+
+
+def _gaussian_kl(
+    mean_0: torch.Tensor, std_0: torch.Tensor, mean_1: torch.Tensor, std_1: torch.Tensor
+) -> torch.Tensor:
+    """KL(N(mean_0, std_0) || N(mean_1, std_1)) summed over action dimensions."""
+    return torch.sum(
+        torch.log(std_1 / std_0)
+        + (std_0.square() + (mean_0 - mean_1).square()) / (2.0 * std_1.square())
+        - 0.5,
+        dim=-1,
+    )
+
+
+class PPOTrainer:
+    """The :class:`fuselab_rl.runner.Trainer` of PPO: a FusedEnv in this process, collected
+    synchronously, the update on ``device``."""
+
+    def __init__(self, cfg: DictConfig, device: torch.device, threads: ThreadBudget, run_dir: Path):
+        from fuselab_envs.registry import make_env
+
+        self.cfg, self.device, self.threads, self.run_dir = cfg, device, threads, run_dir
+        self.algo = PPOCfg.from_config(cfg.algo)
+        started = time.perf_counter()
+        self.env = make_env(cfg)
+        self.num_envs = self.env.num_envs
+        obs = self.env.reset_all()
+        actor_dim, critic_dim = obs["actor"].shape[1], obs["critic"].shape[1]
+        self.action_dim = self.env.backend.model.nu
+        log.info(
+            "env %s: %d envs on %s, actor obs %d, critic obs %d, actions %d (%.1f ms)",
+            cfg.task_name,
+            self.num_envs,
+            cfg.backend,
+            actor_dim,
+            critic_dim,
+            self.action_dim,
+            (time.perf_counter() - started) * 1e3,
+        )
+
+        started = time.perf_counter()
+        torch.manual_seed(cfg.seed)  # the networks' initial weights
+        self.generator = torch.Generator().manual_seed(cfg.seed)  # action noise, batch order
+        policy_cfg = OmegaConf.to_container(cfg.algo.policy, resolve=True)
+        assert isinstance(policy_cfg, dict)
+        self.policy = ActorCritic(actor_dim, critic_dim, self.action_dim, **policy_cfg).to(device)  # type: ignore[arg-type]
+        self.ppo = PPO(self.policy, self.algo)
+        self.storage = RolloutStorage(
+            self.algo.num_steps_per_env,
+            self.num_envs,
+            actor_dim,
+            critic_dim,
+            self.action_dim,
+            device,
+        )
+        self.stats = EpisodeStats(self.num_envs)
+        self.actor_obs = torch.zeros(self.num_envs, actor_dim, device=device)
+        self.critic_obs = torch.zeros(self.num_envs, critic_dim, device=device)
+        self._set_obs(obs)
+        parameters = sum(p.numel() for p in self.policy.parameters())
+        log.info(
+            "PPO ready: %d parameters on %s, %d steps x %d envs per iteration (%.1f ms)",
+            parameters,
+            device,
+            self.algo.num_steps_per_env,
+            self.num_envs,
+            (time.perf_counter() - started) * 1e3,
+        )
+
+    # -- the Trainer contract --------------------------------------------------------------------
+
+    def iterate(self) -> dict[str, float]:
+        collect = self._collect()
+        started = time.perf_counter()
+        self.policy.train()
+        losses = self.ppo.update(self.storage, self.generator)
+        # After the update: a rollout and its update see one normalization, so the stored log
+        # probabilities and values are those the update recomputes before its first step.
+        self.policy.update_normalizers(
+            self.storage.actor_obs.flatten(0, 1), self.storage.critic_obs.flatten(0, 1)
+        )
+        learn_s = time.perf_counter() - started
+        env_steps = self.algo.num_steps_per_env * self.num_envs
+        return {
+            **self.stats.metrics(),
+            **losses,
+            "Perf/env_steps": float(env_steps),
+            "Perf/collect_s": collect["collect_s"],
+            "Perf/collect_steps_per_s": env_steps / collect["collect_s"],
+            "Perf/env_s": collect["env_s"],
+            "Perf/env_steps_per_s": env_steps / collect["env_s"],
+            "Perf/learn_s": learn_s,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.ppo.optimizer.state_dict(),
+            "learning_rate": self.ppo.learning_rate,
+            "generator": self.generator.get_state(),
+            "episode_stats": self.stats.state_dict(),
+            "num_envs": self.num_envs,
+        }
+        # An env that can save itself (tensors and plain values, what a weights-only torch.load
+        # reads) resumes mid-episode; FusedEnv cannot, and a resumed run starts new episodes.
+        if hasattr(self.env, "state_dict"):
+            state["env"] = self.env.state_dict()
+            state["obs"] = {"actor": self.actor_obs.cpu(), "critic": self.critic_obs.cpu()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.ppo.optimizer.load_state_dict(state["optimizer"])
+        self.ppo.learning_rate = float(state["learning_rate"])
+        for group in self.ppo.optimizer.param_groups:
+            group["lr"] = self.ppo.learning_rate
+        self.generator.set_state(state["generator"])
+        self.stats.load_state_dict(state["episode_stats"])
+        same_envs = state.get("num_envs") == self.num_envs
+        if "env" in state and same_envs and hasattr(self.env, "load_state_dict"):
+            self.env.load_state_dict(state["env"])
+            self.actor_obs.copy_(state["obs"]["actor"])
+            self.critic_obs.copy_(state["obs"]["critic"])
+
+    def export_policy(self) -> nn.Module:
+        return self.policy.policy()
+
+    def close(self) -> None:
+        backend_close = getattr(self.env.backend, "close", None)
+        if backend_close is not None:
+            backend_close()
+
+    # -- collection ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _collect(self) -> dict[str, float]:
+        algo, storage, policy = self.algo, self.storage, self.policy
+        started = time.perf_counter()
+        env_s = 0.0
+        policy.eval()
+        storage.clear()
+        for _ in range(algo.num_steps_per_env):
+            dist = policy.distribution(self.actor_obs)
+            noise = torch.randn(dist.mean.shape, generator=self.generator).to(self.device)
+            actions = dist.mean + dist.stddev * noise
+            log_probs = dist.log_prob(actions).sum(-1)
+            values = policy.value(self.critic_obs)
+            env_actions = actions
+            if algo.clip_actions is not None:
+                env_actions = actions.clamp(-algo.clip_actions, algo.clip_actions)
+
+            step_started = time.perf_counter()
+            result = self.env.step(env_actions.cpu().numpy().astype(np.float32, copy=False))
+            env_s += time.perf_counter() - step_started
+
+            rewards = torch.as_tensor(result.reward, device=self.device).clone()
+            dones = torch.as_tensor(result.terminated | result.truncated, device=self.device)
+            time_outs = np.flatnonzero(result.truncated & ~result.terminated)
+            if time_outs.size:  # the episode did not fail: its return continues past the cut
+                terminal = result.info["terminal_obs"]["critic"][time_outs]
+                terminal_values = policy.value(torch.as_tensor(terminal, device=self.device))
+                rows = torch.as_tensor(time_outs, device=self.device)
+                rewards[rows] += algo.gamma * terminal_values
+            storage.add(
+                self.actor_obs,
+                self.critic_obs,
+                actions,
+                log_probs,
+                values,
+                dist.mean,
+                dist.stddev,
+                rewards,
+                dones.float(),
+            )
+            self._set_obs(result.obs)
+            self.stats.add(result.info)
+        last_values = policy.value(self.critic_obs)
+        self.ppo.compute_returns(storage, last_values)
+        if not math.isfinite(float(storage.returns.abs().max())):
+            raise FloatingPointError(
+                "PPO: non-finite returns this rollout (rewards or values diverged)"
+            )
+        return {"collect_s": time.perf_counter() - started, "env_s": env_s}
+
+    def _set_obs(self, obs: dict[str, np.ndarray]) -> None:
+        """Copy the env's observation buffers (the env reuses them) to the learner's device."""
+        self.actor_obs.copy_(torch.from_numpy(obs["actor"]))
+        self.critic_obs.copy_(torch.from_numpy(obs["critic"]))

@@ -1,0 +1,124 @@
+"""RolloutStorage: one PPO rollout (T steps x N envs) and its mini-batch generator.
+
+The collector writes step t with :meth:`RolloutStorage.add`; PPO fills ``returns`` and
+``advantages`` (GAE), then reads shuffled mini-batches of the flattened T * N samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class MiniBatch:
+    actor_obs: torch.Tensor
+    critic_obs: torch.Tensor
+    actions: torch.Tensor
+    old_log_probs: torch.Tensor
+    old_values: torch.Tensor
+    old_mean: torch.Tensor
+    old_std: torch.Tensor
+    returns: torch.Tensor
+    advantages: torch.Tensor
+
+
+class RolloutStorage:
+    def __init__(
+        self,
+        num_steps: int,
+        num_envs: int,
+        actor_obs_dim: int,
+        critic_obs_dim: int,
+        action_dim: int,
+        device: torch.device,
+    ):
+        self.num_steps, self.num_envs, self.device = num_steps, num_envs, device
+
+        def zeros(*shape: int) -> torch.Tensor:
+            return torch.zeros(num_steps, num_envs, *shape, device=device)
+
+        self.actor_obs = zeros(actor_obs_dim)
+        self.critic_obs = zeros(critic_obs_dim)
+        self.actions = zeros(action_dim)
+        self.log_probs = zeros()
+        self.values = zeros()
+        self.action_mean = zeros(action_dim)
+        self.action_std = zeros(action_dim)
+        self.rewards = zeros()  # time-outs already carry the bootstrapped value
+        self.dones = zeros()  # 1.0 where the episode ended after this step (failure or time-out)
+        self.returns = zeros()
+        self.advantages = zeros()
+        self.step = 0
+
+    def add(
+        self,
+        actor_obs: torch.Tensor,
+        critic_obs: torch.Tensor,
+        actions: torch.Tensor,
+        log_probs: torch.Tensor,
+        values: torch.Tensor,
+        action_mean: torch.Tensor,
+        action_std: torch.Tensor,
+        rewards: torch.Tensor,
+        dones: torch.Tensor,
+    ) -> None:
+        if self.step >= self.num_steps:
+            raise RuntimeError(f"rollout storage is full ({self.num_steps} steps); clear() it")
+        t = self.step
+        self.actor_obs[t] = actor_obs
+        self.critic_obs[t] = critic_obs
+        self.actions[t] = actions
+        self.log_probs[t] = log_probs
+        self.values[t] = values
+        self.action_mean[t] = action_mean
+        self.action_std[t] = action_std
+        self.rewards[t] = rewards
+        self.dones[t] = dones
+        self.step += 1
+
+    def clear(self) -> None:
+        self.step = 0
+
+    def mini_batches(
+        self, num_mini_batches: int, num_epochs: int, generator: torch.Generator
+    ) -> Iterator[MiniBatch]:
+        """``num_epochs`` passes over the rollout, each in a fresh random order (``generator``
+        makes the order part of the trainer's reproducible state)."""
+        total = self.num_steps * self.num_envs
+        if not 1 <= num_mini_batches <= total:
+            raise ValueError(
+                f"algo.num_mini_batches: expected 1..{total} (steps x envs), got {num_mini_batches}"
+            )
+        size = total // num_mini_batches
+        flat = {
+            name: getattr(self, name).flatten(0, 1)
+            for name in (
+                "actor_obs",
+                "critic_obs",
+                "actions",
+                "log_probs",
+                "values",
+                "action_mean",
+                "action_std",
+                "returns",
+                "advantages",
+            )
+        }
+        for _ in range(num_epochs):
+            order = torch.randperm(total, generator=generator, device="cpu").to(self.device)
+            for k in range(num_mini_batches):
+                rows = order[k * size : (k + 1) * size]
+                yield MiniBatch(
+                    actor_obs=flat["actor_obs"][rows],
+                    critic_obs=flat["critic_obs"][rows],
+                    actions=flat["actions"][rows],
+                    old_log_probs=flat["log_probs"][rows],
+                    old_values=flat["values"][rows],
+                    old_mean=flat["action_mean"][rows],
+                    old_std=flat["action_std"][rows],
+                    returns=flat["returns"][rows],
+                    advantages=flat["advantages"][rows],
+                )

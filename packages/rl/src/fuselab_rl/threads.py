@@ -1,0 +1,81 @@
+"""One thread budget for physics, the fused kernel and torch.
+
+Training alternates three thread pools on the same cores: the physics backend's rollout threads,
+Numba's threads running the fused kernel, and torch's intra-op pool (policy inference while
+collecting, the update while learning). In PPO they take turns, so each may use the whole
+budget; what must not happen is a pool larger than the cores, or idle threads that spin while
+another pool works. ``threads`` is the one setting: every pool gets it, and OpenMP threads are
+asked to sleep between parallel regions (see :func:`prefer_sleeping_omp_threads`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ThreadBudget:
+    """Threads each pool may use. ``total`` is the budget the user set (or every core)."""
+
+    total: int
+    physics: int  # the backend's rollout threads (MuJoCo CPU)
+    kernel: int  # Numba threads of the fused kernel
+    torch: int  # torch's intra-op threads
+
+    @classmethod
+    def resolve(cls, threads: int | None) -> ThreadBudget:
+        cores = available_cores()
+        if threads is None:
+            threads = cores
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
+            raise ValueError(
+                f"threads: expected null (every core) or an int in 1..{cores}, got {threads!r}"
+            )
+        return cls(total=threads, physics=threads, kernel=threads, torch=threads)
+
+    def apply_torch(self) -> None:
+        """Set torch's intra-op pool (process-wide); the env takes physics and kernel threads
+        from the config's ``num_threads``."""
+        import torch
+
+        torch.set_num_threads(self.torch)
+
+    def describe(self) -> str:
+        return (
+            f"{self.total} threads: physics {self.physics}, fused kernel {self.kernel}, "
+            f"torch {self.torch} (pools take turns; OMP_WAIT_POLICY="
+            f"{os.environ.get('OMP_WAIT_POLICY', 'unset')})"
+        )
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def prefer_sleeping_omp_threads() -> bool:
+    """Ask OpenMP threads to sleep between parallel regions, unless the user chose otherwise.
+
+    torch's wheels and Numba load the same ``libgomp.so.1``, so one OpenMP runtime serves the
+    policy and the fused kernel, and it reads ``OMP_WAIT_POLICY`` once, when it is loaded.
+    Spinning idle threads slow MuJoCo's rollout threads (fuselab_env_core's runtime asks for
+    the same before Numba starts its threads), so this must run before torch is imported;
+    ``fuselab_rl`` calls it on import. Returns whether the policy is in effect.
+    """
+    if "OMP_WAIT_POLICY" in os.environ:
+        return os.environ["OMP_WAIT_POLICY"].upper() == "PASSIVE"
+    if "torch" in sys.modules:
+        log.warning(
+            "torch was imported before fuselab_rl: its OpenMP threads spin between calls and "
+            "compete with the physics threads; set OMP_WAIT_POLICY=PASSIVE before starting"
+        )
+        return False
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    return True
