@@ -1,0 +1,379 @@
+"""The runner: build a trainer from one composed config, run its iterations, log, save, resume.
+
+    handle = create_training_handle(compose_config(["task=g1_walk_flat", "num_envs=512"]))
+    handle.train(100)  # TensorBoard, metrics.jsonl, console line, checkpoints every save_interval
+    handle.close()
+
+An algorithm is a :class:`Trainer` (PPO here, FastSAC in fastsac.py); the runner knows nothing of
+how it collects or learns. Each iteration returns flat metrics; the runner writes every one to
+TensorBoard and to ``metrics.jsonl``, and a few to the console.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fuselab_rl.checkpoint import (
+    CHECKPOINT_FORMAT,
+    checkpoint_name,
+    load_checkpoint,
+    save_atomic,
+    versions,
+    write_text_atomic,
+)
+from fuselab_rl.threads import ThreadBudget
+
+log = logging.getLogger(__name__)
+
+
+class Trainer(Protocol):
+    def iterate(self) -> dict[str, float]: ...  # one training iteration; flat metrics
+
+    def state_dict(self) -> dict[str, Any]: ...  # everything needed to resume exactly
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    def export_policy(self) -> torch.nn.Module: ...  # CPU: actor obs (B, D) -> actions (B, A)
+
+    def close(self) -> None: ...
+
+
+# (full composed cfg, learner device, threads, run_dir)
+TrainerFactory = Callable[[DictConfig, torch.device, ThreadBudget, Path], Trainer]
+ALGORITHMS: dict[str, str] = {
+    "ppo": "fuselab_rl.ppo:PPOTrainer",
+    "fastsac": "fuselab_rl.fastsac:FastSACTrainer",
+}  # imported lazily: an algorithm's dependencies load only when it runs
+
+CONFIG_MODULE = "fuselab_rl.configs"
+BACKENDS = ("mujoco", "mjwarp", "motrix")
+METRICS_FILE = "metrics.jsonl"
+
+
+def compose_config(overrides: Sequence[str] = (), config_name: str = "train") -> DictConfig:
+    """The composed training config (what ``fuselab-train`` gets), for notebooks and tests."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    if GlobalHydra.instance().is_initialized():  # e.g. inside a Hydra app
+        return compose(config_name, overrides=list(overrides))
+    with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
+        return compose(config_name, overrides=list(overrides))
+
+
+def trainer_factory(name: str) -> TrainerFactory:
+    if name not in ALGORITHMS:
+        raise ValueError(f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {name!r}")
+    module, attribute = ALGORITHMS[name].split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def resolve_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {spec!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {spec!r} asked for, but torch sees no CUDA device; use auto")
+    return device
+
+
+def validate_config(cfg: DictConfig) -> None:
+    """The run keys, before anything is built: name the key, the value and what is accepted."""
+
+    def positive_int(key: str, minimum: int) -> None:
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{key}: expected an int >= {minimum}, got {value!r}")
+
+    positive_int("num_envs", 1)
+    positive_int("max_iterations", 0)
+    positive_int("save_interval", 1)
+    if cfg.backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
+    if cfg.algo.name not in ALGORITHMS:
+        raise ValueError(
+            f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {cfg.algo.name!r}"
+        )
+
+
+@dataclass
+class TrainingHandle:
+    """A built run: its trainer, directory and counters. ``train`` may be called repeatedly."""
+
+    cfg: DictConfig
+    trainer: Trainer
+    run_dir: Path
+    device: torch.device
+    threads: ThreadBudget
+    iteration: int = 0
+    env_steps: int = 0
+    wall_s: float = 0.0  # training time of the run so far, earlier sessions included
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    _writer: Any = None
+    _saved_iteration: int = -1
+
+    def train(self, iterations: int | None = None) -> dict[str, float]:
+        """Run ``iterations`` more iterations (default ``max_iterations``); checkpoint every
+        ``save_interval`` and at the end (also when interrupted with Ctrl-C)."""
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        count = self.cfg.max_iterations if iterations is None else iterations
+        first = self.iteration + 1
+        last = self.iteration + count
+        log.info("train: iterations %d..%d in %s", first, last, self.run_dir)
+        started = time.perf_counter() - self.wall_s
+        bar = tqdm(total=count, desc="train", unit="it", disable=not self.cfg.progress, leave=False)
+        try:
+            with logging_redirect_tqdm():
+                while self.iteration < last:
+                    metrics = self.trainer.iterate()
+                    self.iteration += 1
+                    self.env_steps += int(metrics.get("Perf/env_steps", 0))
+                    self.wall_s = time.perf_counter() - started
+                    self.last_metrics = metrics
+                    self._log(metrics, last)
+                    bar.update(1)
+                    if self.iteration % self.cfg.save_interval == 0:
+                        self.save()
+        except KeyboardInterrupt:
+            log.warning("interrupted at iteration %d: saving", self.iteration)
+            self.save()
+            raise
+        finally:
+            bar.close()
+        if self._saved_iteration != self.iteration:
+            self.save()
+        if self.cfg.get("plot", False):
+            self.plot()
+        return self.last_metrics
+
+    def save(self) -> Path:
+        """Checkpoint (atomically) and, with ``export_onnx``, policy.onnx beside it."""
+        started = time.perf_counter()
+        path = self.run_dir / checkpoint_name(self.iteration)
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "algo": self.cfg.algo.name,
+            "task": self.cfg.task_name,
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "wall_s": self.wall_s,
+            "trainer": self.trainer.state_dict(),
+            "config": OmegaConf.to_container(self.cfg, resolve=True),
+            "versions": versions(),
+        }
+        save_atomic(state, path)
+        self._saved_iteration = self.iteration
+        if self._writer is not None:
+            self._writer.flush()
+        log.info("save %s: %.1f ms", path, (time.perf_counter() - started) * 1e3)
+        if self.cfg.export_onnx:
+            self.export()
+        return path
+
+    def export(self) -> Path:
+        from fuselab_rl.export import export_onnx
+
+        policy = self.trainer.export_policy()
+        obs_dim = _input_dim(policy)
+        return export_onnx(policy, obs_dim, self.run_dir / "policy.onnx")
+
+    def plot(self) -> Path | None:
+        from fuselab_rl.plot import plot_metrics
+
+        try:
+            return plot_metrics(self.run_dir)
+        except ImportError as error:
+            log.info("%s", error)
+            return None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.trainer.close()
+
+    def __enter__(self) -> TrainingHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- logging ---------------------------------------------------------------------------------
+
+    def _log(self, metrics: Mapping[str, float], last: int) -> None:
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step drops events a crashed session wrote after the checkpoint resumed from
+            self._writer = SummaryWriter(log_dir=str(self.run_dir), purge_step=self.iteration)
+        for key, value in metrics.items():
+            self._writer.add_scalar(key, value, self.iteration)
+        self._writer.add_scalar("Perf/total_env_steps", self.env_steps, self.iteration)
+        record = {
+            "iteration": self.iteration,
+            "wall_s": round(self.wall_s, 3),
+            "env_steps": self.env_steps,
+            **{k: (float(v) if math.isfinite(v) else None) for k, v in metrics.items()},
+        }
+        with open(self.run_dir / METRICS_FILE, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        log.info("%s", console_line(self.iteration, last, self.wall_s, metrics))
+
+
+def console_line(iteration: int, last: int, wall_s: float, m: Mapping[str, float]) -> str:
+    parts = [f"it {iteration}/{last}"]
+    if "Episode/return" in m:
+        parts.append(f"return {m['Episode/return']:.2f} len {m['Episode/length']:.0f}")
+    if "Perf/collect_steps_per_s" in m:
+        parts.append(f"{m['Perf/collect_steps_per_s']:.0f} steps/s")
+    if "Perf/collect_s" in m and "Perf/learn_s" in m:
+        parts.append(f"collect {m['Perf/collect_s']:.2f}s learn {m['Perf/learn_s']:.2f}s")
+    policy = [
+        f"{label} {m[key]:.3g}"
+        for key, label in (("Policy/kl", "kl"), ("Policy/learning_rate", "lr"))
+        if key in m
+    ]
+    if "Policy/noise_std" in m:
+        policy.append(f"std {m['Policy/noise_std']:.2f}")
+    if policy:
+        parts.append(" ".join(policy))
+    minutes, seconds = divmod(int(wall_s), 60)
+    parts.append(f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}")
+    return " | ".join(parts)
+
+
+def create_training_handle(cfg: DictConfig) -> TrainingHandle:
+    """Validate ``cfg``, resolve device, threads and run directory, build the trainer (and its
+    env), and restore ``resume`` if set. Every stage logs its milliseconds."""
+    cfg = copy.deepcopy(cfg)
+    started = time.perf_counter()
+    validate_config(cfg)
+    factory = trainer_factory(cfg.algo.name)
+    log.info(
+        "config: task %s, algo %s, %d envs on %s (%.1f ms)",
+        cfg.task_name,
+        cfg.algo.name,
+        cfg.num_envs,
+        cfg.backend,
+        _ms(started),
+    )
+
+    stage = time.perf_counter()
+    checkpoint = load_checkpoint(cfg.resume) if cfg.resume else None
+    if checkpoint is not None:
+        for key, saved, asked in (
+            ("task", checkpoint["task"], cfg.task_name),
+            ("algo", checkpoint["algo"], cfg.algo.name),
+        ):
+            if saved != asked:
+                raise ValueError(
+                    f"resume: '{checkpoint['path']}' is a {key} {saved!r} checkpoint, but the "
+                    f"config asks for {asked!r}; add {key}={saved} to resume it"
+                )
+        log.info("checkpoint %s: %.1f ms", checkpoint["path"], _ms(stage))
+
+    stage = time.perf_counter()
+    device = resolve_device(cfg.device)
+    log.info("device: %s (%.1f ms)", device, _ms(stage))
+
+    threads = ThreadBudget.resolve(cfg.threads)
+    if cfg.num_threads is not None and cfg.num_threads != threads.physics:
+        raise ValueError(
+            f"num_threads: {cfg.num_threads} conflicts with the thread budget "
+            f"({threads.total}); set threads={cfg.num_threads} instead"
+        )
+    cfg.num_threads = threads.physics
+    threads.apply_torch()
+    log.info("threads: %s", threads.describe())
+
+    run_dir = _run_dir(cfg, checkpoint)
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomic(run_dir / "versions.json", json.dumps(versions(), indent=2) + "\n")
+    log.info("run dir: %s", run_dir)
+
+    stage = time.perf_counter()
+    trainer = factory(cfg, device, threads, run_dir)
+    log.info("trainer %s ready: %.1f ms", cfg.algo.name, _ms(stage))
+    handle = TrainingHandle(
+        cfg=cfg, trainer=trainer, run_dir=run_dir, device=device, threads=threads
+    )
+
+    if checkpoint is not None:
+        stage = time.perf_counter()
+        try:
+            trainer.load_state_dict(checkpoint["trainer"])
+        except BaseException:
+            trainer.close()
+            raise
+        handle.iteration = handle._saved_iteration = int(checkpoint["iteration"])
+        handle.env_steps = int(checkpoint["env_steps"])
+        handle.wall_s = float(checkpoint["wall_s"])
+        _truncate_metrics(run_dir / METRICS_FILE, handle.iteration)
+        log.info(
+            "resumed at iteration %d (%d env steps): %.1f ms",
+            handle.iteration,
+            handle.env_steps,
+            _ms(stage),
+        )
+    log.info("start-up: %.1f ms", _ms(started))
+    return handle
+
+
+def _run_dir(cfg: DictConfig, checkpoint: Mapping[str, Any] | None) -> Path:
+    if cfg.run_dir:
+        run_dir = Path(cfg.run_dir).expanduser()
+    elif checkpoint is not None:  # a resumed run keeps writing where it was
+        run_dir = Path(checkpoint["path"]).parent
+    else:
+        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+        run_dir = Path("runs") / cfg.task_name / stamp
+        suffix = 1
+        while run_dir.exists():
+            run_dir = run_dir.with_name(f"{stamp}_{suffix}")
+            suffix += 1
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.run_dir = str(run_dir)
+    return run_dir
+
+
+def _truncate_metrics(path: Path, iteration: int) -> None:
+    """Drop lines past the checkpoint resumed from (work a crashed session lost)."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["iteration"] <= iteration]
+    if len(kept) != len(lines):
+        write_text_atomic(path, "".join(kept))
+
+
+def _input_dim(policy: torch.nn.Module) -> int:
+    """The policy's observation size: its ``obs_dim`` attribute, else its first Linear layer."""
+    obs_dim = getattr(policy, "obs_dim", None)
+    if isinstance(obs_dim, int):
+        return obs_dim
+    first = next(m for m in policy.modules() if isinstance(m, torch.nn.Linear))
+    return first.in_features
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1e3
