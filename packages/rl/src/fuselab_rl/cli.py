@@ -1,0 +1,110 @@
+"""Command line: ``fuselab-train``, ``fuselab-play`` and ``fuselab-list``.
+
+    fuselab-train task=g1_walk_flat algo=ppo num_envs=1024 max_iterations=500
+    fuselab-train resume=runs/g1_walk_flat/2025-01-01_12-00-00 max_iterations=500
+    fuselab-play run=runs/g1_walk_flat/2025-01-01_12-00-00 video=true steps=500
+    fuselab-list
+
+``fuselab-train`` and ``fuselab-play`` are Hydra apps (``--help``, ``--cfg job``, overrides);
+their configs are ``configs/train.yaml`` (composed with fuselab_envs' task configs) and
+``configs/play.yaml``. A mistake in the config (an unknown key, a missing checkpoint, a value out
+of range) prints one line that names it and exits with status 2; set ``HYDRA_FULL_ERROR=1`` for
+the traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+log = logging.getLogger(__name__)
+
+CONFIG_PATH = "pkg://fuselab_rl.configs"
+USAGE_ERRORS = (ValueError, KeyError, FileNotFoundError, FloatingPointError)
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+
+
+def configure_logging() -> None:
+    """INFO lines with milliseconds on stderr (what every start-up stage reports)."""
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def fail(error: BaseException) -> None:
+    """One line for a usage error (the traceback with HYDRA_FULL_ERROR=1), then exit 2."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise error
+    message = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    log.error("%s", message)
+    sys.exit(EXIT_USAGE)
+
+
+@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="train")
+def train(cfg: DictConfig) -> None:
+    """Train a policy: every key of the composed config can be overridden (key=value)."""
+    configure_logging()
+    from fuselab_rl.runner import create_training_handle
+
+    try:
+        handle = create_training_handle(cfg)
+    except USAGE_ERRORS as error:
+        fail(error)
+        return
+    with handle:
+        try:
+            handle.train()
+        except KeyboardInterrupt:
+            log.warning("stopped: checkpoint of iteration %d saved", handle.iteration)
+            sys.exit(EXIT_INTERRUPTED)
+        except FloatingPointError as error:
+            fail(error)
+    log.info("done: %s", handle.run_dir)
+
+
+@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="play")
+def play(cfg: DictConfig) -> None:
+    """Roll a trained policy out with one env and film it (run=DIR or checkpoint=FILE)."""
+    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"  # headless: EGL; MUJOCO_GL=osmesa for software GL
+    configure_logging()
+    from fuselab_rl.play import play as run_play
+
+    try:
+        if (cfg.run is None) == (cfg.checkpoint is None):
+            raise ValueError(
+                f"run, checkpoint: expected exactly one (a run directory or a checkpoint "
+                f"file), got run={cfg.run!r}, checkpoint={cfg.checkpoint!r}"
+            )
+        field = "run" if cfg.run is not None else "checkpoint"
+        result = run_play(
+            cfg.run if cfg.run is not None else cfg.checkpoint,
+            steps=cfg.steps,
+            video=cfg.video,
+            video_path=cfg.video_path,
+            width=cfg.width,
+            height=cfg.height,
+            seed=cfg.seed,
+            field_name=field,
+        )
+    except USAGE_ERRORS as error:
+        fail(error)
+        return
+    if result.video is not None:
+        log.info("video: %s", result.video)
+
+
+def list_all() -> None:
+    """Print the tasks and the algorithms fuselab-train knows."""
+    from fuselab_envs import list_tasks
+    from fuselab_rl.runner import ALGORITHMS
+
+    lines = ["tasks:"] + [f"  {task}" for task in list_tasks()]
+    lines += ["algorithms:"] + [f"  {name:<8} {target}" for name, target in ALGORITHMS.items()]
+    sys.stdout.write("\n".join(lines) + "\n")

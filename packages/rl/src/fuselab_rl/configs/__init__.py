@@ -1,0 +1,1 @@
+"""Hydra configuration of fuselab-rl: train.yaml (task + env + algo + run keys), play.yaml."""

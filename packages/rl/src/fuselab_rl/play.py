@@ -1,0 +1,220 @@
+"""Roll a trained policy out with one env on MuJoCo and film it.
+
+The trainer is rebuilt from the checkpoint's own config with one env (any algorithm of the
+runner's contract works) and asked for its exported policy; a separate one-env MuJoCo env runs
+it. Frames come from MuJoCo's offscreen renderer on an ``MjData`` whose ``qpos`` is copied from
+the backend each step (no change to the backend), with a camera tracking the robot; imageio's
+ffmpeg plugin writes the MP4. Without a display, set ``MUJOCO_GL=egl`` (GPU or Mesa EGL) or
+``MUJOCO_GL=osmesa`` (software) before mujoco is imported; ``fuselab-play`` picks egl itself.
+"""
+
+# pyright: reportAttributeAccessIssue=false
+# (mujoco's bindings re-export compiled names that pyright cannot see: MjData, Renderer, ...)
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fuselab_rl.checkpoint import load_checkpoint
+from fuselab_rl.runner import trainer_factory
+from fuselab_rl.threads import ThreadBudget
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlayResult:
+    steps: int
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    video: Path | None = None
+    frames: int = 0
+
+
+def rollout_config(checkpoint: dict[str, Any], seed: int = 0) -> DictConfig:
+    """The checkpoint's training config, narrowed to one env on the MuJoCo CPU backend."""
+    cfg = OmegaConf.create(checkpoint["config"])
+    assert isinstance(cfg, DictConfig)
+    cfg.num_envs = 1
+    cfg.backend = "mujoco"
+    cfg.threads = cfg.num_threads = 1
+    cfg.seed = seed
+    cfg.resume = None
+    return cfg
+
+
+def load_policy(checkpoint: dict[str, Any], cfg: DictConfig) -> torch.nn.Module:
+    """Rebuild the trainer with ``cfg`` (one env), restore it, and export its policy."""
+    started = time.perf_counter()
+    factory = trainer_factory(cfg.algo.name)
+    run_dir = Path(checkpoint["path"]).parent
+    trainer = factory(cfg, torch.device("cpu"), ThreadBudget.resolve(1), run_dir)
+    try:
+        trainer.load_state_dict(checkpoint["trainer"])
+        policy = trainer.export_policy()
+    finally:
+        trainer.close()
+    log.info(
+        "policy of %s (iteration %d): %.1f ms",
+        checkpoint["path"],
+        checkpoint["iteration"],
+        (time.perf_counter() - started) * 1e3,
+    )
+    return policy.eval()
+
+
+def play(
+    source: str | Path,
+    *,
+    steps: int | None = None,
+    video: bool = True,
+    video_path: str | Path | None = None,
+    width: int = 640,
+    height: int = 480,
+    seed: int = 0,
+    field_name: str = "checkpoint",
+) -> PlayResult:
+    """Roll out the policy of ``source`` (a run directory or a checkpoint) for ``steps`` env
+    steps (default: one episode), rendering an MP4 when ``video``."""
+    from fuselab_envs.registry import make_env
+
+    checkpoint = load_checkpoint(source, field=field_name)
+    cfg = rollout_config(checkpoint, seed)
+    policy = load_policy(checkpoint, cfg)
+    env = make_env(cfg)
+    if steps is None:
+        steps = int(np.max(getattr(env, "max_episode_steps", [500])))
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps: expected a positive int or null (one episode), got {steps!r}")
+
+    recorder = None
+    if video:
+        path = Path(video_path) if video_path else _default_video_path(checkpoint)
+        recorder = VideoRecorder(cfg, env, path, width, height)
+    result = PlayResult(steps=steps, video=recorder.path if recorder else None)
+    started = time.perf_counter()
+    obs = env.reset_all()
+    episode_return = 0.0
+    try:
+        if recorder:
+            recorder.capture()
+        for _ in range(steps):
+            with torch.no_grad():
+                actions = policy(torch.from_numpy(obs["actor"])).numpy()
+            step = env.step(actions.astype(np.float32, copy=False))
+            obs = step.obs
+            episode_return += float(step.reward[0])
+            if recorder:
+                recorder.capture()
+            if step.terminated[0] or step.truncated[0]:
+                result.episode_returns.append(episode_return)
+                result.episode_lengths.append(int(step.info.get("episode_length", 0)))
+                log.info(
+                    "episode %d: return %.3f, %d steps (%s)",
+                    len(result.episode_returns),
+                    episode_return,
+                    result.episode_lengths[-1],
+                    "time-out" if step.truncated[0] and not step.terminated[0] else "ended",
+                )
+                episode_return = 0.0
+    finally:
+        if recorder:
+            result.frames = recorder.close()
+        backend_close = getattr(env.backend, "close", None)
+        if backend_close is not None:
+            backend_close()
+    log.info(
+        "play: %d steps in %.1f s%s",
+        steps,
+        time.perf_counter() - started,
+        f", {result.frames} frames -> {result.video}" if recorder else "",
+    )
+    return result
+
+
+def _default_video_path(checkpoint: dict[str, Any]) -> Path:
+    path = Path(checkpoint["path"])
+    return path.parent / "videos" / f"{path.stem}.mp4"
+
+
+class VideoRecorder:
+    """MuJoCo's offscreen renderer on a private MjData that mirrors env 0 of the backend."""
+
+    def __init__(self, cfg: DictConfig, env: Any, path: Path, width: int, height: int):
+        import imageio.v2 as imageio
+        import mujoco
+
+        for name, value in (("width", width), ("height", height)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 16 <= value <= 4096:
+                raise ValueError(f"{name}: expected an int in 16..4096 pixels, got {value!r}")
+        self.path, self.env = path, env
+        self.model = render_model(cfg)
+        self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
+        self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
+        self.data = mujoco.MjData(self.model)
+        self.renderer = mujoco.Renderer(self.model, height, width)
+        self.camera = tracking_camera(self.model)
+        facts = env.backend.model
+        if (facts.nq, facts.nv) != (self.model.nq, self.model.nv):
+            raise ValueError(
+                f"video: the render model has nq {self.model.nq}, nv {self.model.nv}; the "
+                f"backend has nq {facts.nq}, nv {facts.nv}"
+            )
+        self._qpos = np.zeros((1, facts.nq), np.float32)
+        self._qvel = np.zeros((1, facts.nv), np.float32)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fps = max(1, round(1.0 / env.step_dt))
+        self.writer = imageio.get_writer(
+            path, format="FFMPEG", fps=fps, codec="libx264", quality=8, macro_block_size=16
+        )
+        self.frames = 0
+
+    def capture(self) -> None:
+        import mujoco
+
+        self.env.backend.copy_qpos_qvel(self._qpos, self._qvel)
+        self.data.qpos[:] = self._qpos[0]
+        self.data.qvel[:] = self._qvel[0]
+        mujoco.mj_forward(self.model, self.data)
+        self.renderer.update_scene(self.data, camera=self.camera)
+        self.writer.append_data(self.renderer.render())
+        self.frames += 1
+
+    def close(self) -> int:
+        self.writer.close()
+        self.renderer.close()
+        return self.frames
+
+
+def render_model(cfg: DictConfig):
+    """The task's MJCF (``robot.mjcf``, else the task's embedded model) compiled for rendering."""
+    import mujoco
+
+    from fuselab_envs.registry import TASKS
+
+    mjcf = cfg.robot.mjcf or TASKS[cfg.task_name].model()
+    text = str(mjcf)
+    if text.lstrip().startswith("<"):  # an MJCF string, as the backends accept
+        return mujoco.MjModel.from_xml_string(text)
+    return mujoco.MjModel.from_xml_path(str(Path(text).expanduser()))
+
+
+def tracking_camera(model):
+    """A camera that follows the body of the model's first joint (the robot's root)."""
+    import mujoco
+
+    camera = mujoco.MjvCamera()
+    camera.type = mujoco.mjtCamera.mjCAMERA_TRACKING
+    camera.trackbodyid = int(model.jnt_bodyid[0]) if model.njnt else 1
+    camera.distance = 2.5 * float(model.stat.extent)
+    camera.elevation = -15.0
+    camera.azimuth = 135.0
+    return camera
