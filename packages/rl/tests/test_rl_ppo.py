@@ -1,0 +1,172 @@
+"""PPO: GAE against a plain loop, the normalizer, mini-batches, the adaptive learning rate,
+time-out bootstrapping and one full iteration on a tiny env."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from rl_fake_env import SMALL_PPO, FakeEnv, use_fake_env
+
+from fuselab_rl.networks import ActorCritic, EmpiricalNormalization
+from fuselab_rl.ppo import PPO, PPOCfg, PPOTrainer, compute_gae
+from fuselab_rl.runner import compose_config
+from fuselab_rl.storage import RolloutStorage
+from fuselab_rl.threads import ThreadBudget
+
+
+def make_trainer(monkeypatch, tmp_path, overrides=(), episode_steps=10):
+    built = use_fake_env(monkeypatch, episode_steps)
+    cfg = compose_config(["task=cartpole", "num_envs=8", *SMALL_PPO, *overrides])
+    trainer = PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
+    return trainer, built[-1]
+
+
+def gae_oracle(rewards, values, dones, last_values, gamma, lam):
+    steps, envs = rewards.shape
+    advantages = np.zeros((steps, envs))
+    for env in range(envs):
+        running = 0.0
+        for t in reversed(range(steps)):
+            next_value = last_values[env] if t == steps - 1 else values[t + 1, env]
+            if dones[t, env]:
+                next_value, running = 0.0, 0.0
+            delta = rewards[t, env] + gamma * next_value - values[t, env]
+            running = delta + gamma * lam * running
+            advantages[t, env] = running
+    return advantages + values, advantages
+
+
+def test_gae_matches_a_per_env_loop_across_episode_ends():
+    rng = np.random.default_rng(0)
+    rewards, values = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    dones = np.zeros((6, 3))
+    dones[2, 0] = dones[5, 1] = dones[0, 2] = 1.0
+    last_values = rng.normal(size=3)
+    returns, advantages = compute_gae(
+        *(torch.tensor(a, dtype=torch.float64) for a in (rewards, values, dones, last_values)),
+        gamma=0.9,
+        lam=0.8,
+    )
+    expected_returns, expected_advantages = gae_oracle(
+        rewards, values, dones, last_values, 0.9, 0.8
+    )
+    np.testing.assert_allclose(advantages.numpy(), expected_advantages, rtol=1e-12)
+    np.testing.assert_allclose(returns.numpy(), expected_returns, rtol=1e-12)
+
+
+def test_normalizer_statistics_do_not_depend_on_batching():
+    data = torch.randn(300, 5, dtype=torch.float64) * torch.arange(1, 6) + 3.0
+    whole = EmpiricalNormalization(5).double()
+    whole.update(data)
+    batched = EmpiricalNormalization(5).double()
+    for chunk in data.split([1, 50, 99, 150]):
+        batched.update(chunk)
+    for stats in (whole, batched):
+        torch.testing.assert_close(stats.mean, data.mean(0))
+        torch.testing.assert_close(stats.var, data.var(0, unbiased=False))
+    assert float(batched.count) == 300
+    normalized = whole(data)
+    torch.testing.assert_close(normalized.mean(0), torch.zeros(5, dtype=torch.float64))
+
+
+def test_mini_batches_visit_every_sample_once_per_epoch():
+    storage = RolloutStorage(4, 6, 2, 3, 1, torch.device("cpu"))
+    storage.actor_obs[:] = torch.arange(24.0).reshape(4, 6, 1)
+    generator = torch.Generator().manual_seed(0)
+    batches = list(storage.mini_batches(3, 2, generator))
+    assert len(batches) == 6 and all(b.actor_obs.shape == (8, 2) for b in batches)
+    for epoch in (batches[:3], batches[3:]):
+        seen = torch.cat([b.actor_obs[:, 0] for b in epoch]).sort().values
+        torch.testing.assert_close(seen, torch.arange(24.0))
+    with pytest.raises(ValueError, match=r"algo.num_mini_batches: expected 1..24"):
+        next(storage.mini_batches(25, 1, generator))
+
+
+def test_adaptive_learning_rate_shrinks_on_large_kl_and_grows_on_small():
+    ppo = PPO(ActorCritic(2, 2, 1, actor_hidden_dims=[4], critic_hidden_dims=[4]), PPOCfg())
+    ppo._adapt_learning_rate(0.1)  # > 2 * desired_kl
+    assert ppo.learning_rate == pytest.approx(1e-3 / 1.5)
+    ppo._adapt_learning_rate(0.001)  # < desired_kl / 2
+    assert ppo.learning_rate == pytest.approx(1e-3)
+    ppo._adapt_learning_rate(0.01)  # within the band: unchanged
+    assert ppo.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+
+
+def test_config_errors_name_the_key_value_and_accepted_range():
+    with pytest.raises(
+        ValueError, match=r"algo.schedule: expected one of adaptive, fixed, got 'cosine'"
+    ):
+        PPOCfg(schedule="cosine")
+    with pytest.raises(ValueError, match=r"algo.gamma: expected a float in \(0, 1\], got 1.5"):
+        PPOCfg(gamma=1.5)
+    with pytest.raises(ValueError, match=r"algo.policy.activation: expected one of elu, relu"):
+        ActorCritic(2, 2, 1, activation="gelu")
+
+
+def test_one_iteration_updates_every_parameter_and_reports_the_shared_metric_keys(
+    monkeypatch, tmp_path
+):
+    trainer, env = make_trainer(monkeypatch, tmp_path)
+    before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    metrics = trainer.iterate()
+    after = trainer.policy.state_dict()
+    for name in ("actor.0.weight", "critic.0.weight", "log_std"):
+        assert not torch.equal(before[name], after[name]), name
+    # the normalizers learned the rollout's statistics after the update
+    assert float(after["actor_normalizer.count"]) == 8 * 8
+    assert env.step_calls == 8
+    for key in (
+        "Episode/return",
+        "Episode/length",
+        "Reward/alive",
+        "Reward/distance",
+        "Termination/left_box",
+        "Termination/time_out",
+        "Perf/env_steps",
+        "Perf/collect_steps_per_s",
+        "Perf/collect_s",
+        "Perf/learn_s",
+        "Loss/surrogate",
+        "Loss/value",
+        "Loss/entropy",
+        "Policy/kl",
+        "Policy/learning_rate",
+        "Policy/noise_std",
+    ):
+        assert key in metrics and np.isfinite(metrics[key]), key
+    assert metrics["Perf/env_steps"] == 64
+    assert metrics["Reward/alive"] == pytest.approx(0.02)
+    assert metrics["Termination/time_out"] + metrics["Termination/left_box"] == pytest.approx(1.0)
+    assert metrics["Episode/length"] <= 10
+    policy = trainer.export_policy()
+    assert next(policy.parameters()).device.type == "cpu"
+    obs = torch.randn(5, FakeEnv.actor_dim)
+    torch.testing.assert_close(policy(obs), trainer.policy.action_mean(obs))
+
+
+def test_time_outs_bootstrap_from_the_terminal_observation(monkeypatch, tmp_path):
+    # Episodes of 3 steps with a far boundary: every 3rd step is a time-out for every env.
+    trainer, env = make_trainer(
+        monkeypatch, tmp_path, ["algo.num_steps_per_env=3"], episode_steps=3
+    )
+    captured = {}
+    original = env.step
+
+    def step(actions):
+        result = original(actions)
+        captured["reward"] = result.reward.copy()
+        captured["terminal"] = result.info["terminal_obs"]["critic"].copy()
+        captured["truncated"] = result.truncated.copy()
+        captured["done"] = result.terminated | result.truncated
+        return result
+
+    env.step = step
+    trainer._collect()
+    timed_out = torch.as_tensor(captured["truncated"])
+    assert timed_out.any()
+    with torch.no_grad():
+        terminal_values = trainer.policy.value(torch.as_tensor(captured["terminal"]))
+    expected = torch.as_tensor(captured["reward"]) + 0.99 * terminal_values * timed_out
+    torch.testing.assert_close(trainer.storage.rewards[-1], expected)
+    assert torch.equal(trainer.storage.dones[-1].bool(), torch.as_tensor(captured["done"]))

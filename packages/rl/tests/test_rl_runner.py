@@ -1,0 +1,194 @@
+"""The runner on a tiny env: every metric reaches TensorBoard and metrics.jsonl, save -> resume
+is exact, a crash mid-save keeps the last good checkpoint, and config mistakes are named."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from rl_fake_env import SMALL_PPO, use_fake_env
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from fuselab_rl import checkpoint as checkpoint_module
+from fuselab_rl.checkpoint import load_checkpoint
+from fuselab_rl.ppo import PPOTrainer
+from fuselab_rl.runner import compose_config, create_training_handle
+from fuselab_rl.threads import ThreadBudget, available_cores
+
+
+def ppo_of(handle) -> PPOTrainer:
+    assert isinstance(handle.trainer, PPOTrainer)
+    return handle.trainer
+
+
+def config(run_dir, *overrides):
+    return compose_config(
+        [
+            "task=cartpole",
+            "num_envs=8",
+            f"run_dir={run_dir}",
+            "progress=false",
+            "export_onnx=false",
+            "plot=false",
+            "threads=1",
+            *SMALL_PPO,
+            *overrides,
+        ]
+    )
+
+
+def test_every_metric_goes_to_tensorboard_jsonl_and_the_console(monkeypatch, tmp_path, caplog):
+    use_fake_env(monkeypatch)
+    caplog.set_level(logging.INFO, logger="fuselab_rl")
+    with create_training_handle(config(tmp_path, "save_interval=10")) as handle:
+        metrics = handle.train(2)
+    assert handle.iteration == 2 and handle.env_steps == 2 * 8 * 8
+
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2]
+    assert records[-1]["env_steps"] == 128 and records[-1]["wall_s"] > 0
+    assert set(metrics) <= set(records[-1])
+
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert set(metrics) <= scalars, set(metrics) - scalars
+    assert [e.step for e in events.Scalars("Loss/value")] == [1, 2]
+
+    console = [r.getMessage() for r in caplog.records if r.getMessage().startswith("it ")]
+    assert len(console) == 2 and console[-1].startswith("it 2/2 | return ")
+    assert (tmp_path / "model_2.pt").is_file()  # the end of train() saves
+    assert "task_name: cartpole" in (tmp_path / "config.yaml").read_text()
+    assert "torch" in json.loads((tmp_path / "versions.json").read_text())
+    stages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("threads: 1 threads: physics 1") for m in stages)
+    assert any(m.startswith("trainer ppo ready: ") and m.endswith(" ms") for m in stages)
+
+
+def test_resume_continues_exactly_where_the_run_stopped(monkeypatch, tmp_path):
+    use_fake_env(monkeypatch)
+    first = tmp_path / "first"
+    with create_training_handle(config(first, "save_interval=2")) as handle:
+        handle.train(3)  # saves model_2.pt, then model_3.pt at the end
+        uninterrupted = {k: v.clone() for k, v in ppo_of(handle).policy.state_dict().items()}
+        uninterrupted_optimizer = ppo_of(handle).ppo.optimizer.state_dict()
+        uninterrupted_lr = ppo_of(handle).ppo.learning_rate
+
+    saved = load_checkpoint(first / "model_2.pt")
+    with create_training_handle(
+        config(tmp_path / "second", f"resume={first / 'model_2.pt'}")
+    ) as resumed:
+        assert resumed.iteration == 2 and resumed.env_steps == saved["env_steps"]
+        restored = ppo_of(resumed).policy.state_dict()
+        for name, value in saved["trainer"]["policy"].items():
+            assert torch.equal(restored[name], value), name
+        optimizer = ppo_of(resumed).ppo.optimizer.state_dict()
+        assert optimizer["state"][0]["step"] == saved["trainer"]["optimizer"]["state"][0]["step"]
+        assert torch.equal(
+            optimizer["state"][0]["exp_avg"], saved["trainer"]["optimizer"]["state"][0]["exp_avg"]
+        )
+        resumed.train(1)
+        assert resumed.iteration == 3
+        continued = ppo_of(resumed).policy.state_dict()
+        for name, value in uninterrupted.items():
+            assert torch.equal(continued[name], value), name
+        assert ppo_of(resumed).ppo.learning_rate == uninterrupted_lr
+        assert torch.equal(
+            ppo_of(resumed).ppo.optimizer.state_dict()["state"][0]["exp_avg_sq"],
+            uninterrupted_optimizer["state"][0]["exp_avg_sq"],
+        )
+
+
+def test_resume_from_a_run_directory_takes_its_latest_checkpoint_and_keeps_its_logs(
+    monkeypatch, tmp_path
+):
+    use_fake_env(monkeypatch)
+    with create_training_handle(config(tmp_path, "save_interval=2")) as handle:
+        handle.train(3)
+    # A session that crashed after iteration 3 left lines past the checkpoint it resumes from.
+    (tmp_path / "model_3.pt").unlink()
+    cfg = config(tmp_path, f"resume={tmp_path}")
+    cfg.run_dir = None  # a resumed run writes into its own directory
+    with create_training_handle(cfg) as resumed:
+        assert resumed.iteration == 2 and resumed.run_dir == tmp_path
+        lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+        resumed.train(1)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+
+
+def test_a_crash_mid_save_leaves_the_last_good_checkpoint_and_no_temporary_file(
+    monkeypatch, tmp_path
+):
+    use_fake_env(monkeypatch)
+    with create_training_handle(config(tmp_path, "save_interval=1")) as handle:
+        handle.train(1)
+        good = (tmp_path / "model_1.pt").read_bytes()
+        real_save = torch.save
+
+        def torn_save(obj, handle_, *args, **kwargs):
+            real_save(obj, handle_, *args, **kwargs)
+            handle_.seek(len(good) // 2)
+            handle_.truncate()
+            raise OSError("disk full")
+
+        monkeypatch.setattr(checkpoint_module.torch, "save", torn_save)
+        # saving again at iteration 1 overwrites model_1.pt: the tear must not reach it
+        with pytest.raises(OSError, match="disk full"):
+            handle.save()
+    assert (tmp_path / "model_1.pt").read_bytes() == good
+    assert load_checkpoint(tmp_path / "model_1.pt")["iteration"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if "tmp" in p.name) == []
+
+
+def test_missing_checkpoint_and_mismatched_task_are_named(monkeypatch, tmp_path):
+    use_fake_env(monkeypatch)
+    with pytest.raises(FileNotFoundError, match=r"resume: no such file or directory '.*nowhere'"):
+        create_training_handle(config(tmp_path, f"resume={tmp_path / 'nowhere'}"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        FileNotFoundError, match=r"resume: run directory '.*empty' holds no checkpoint"
+    ):
+        create_training_handle(config(tmp_path, f"resume={tmp_path / 'empty'}"))
+    (tmp_path / "model_7.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(
+        ValueError, match=r"resume: '.*model_7.pt' is not a readable fuselab checkpoint"
+    ):
+        create_training_handle(config(tmp_path, f"resume={tmp_path}"))
+    (tmp_path / "model_7.pt").unlink()
+    with create_training_handle(config(tmp_path)) as handle:
+        handle.train(1)
+    with pytest.raises(
+        ValueError,
+        match=r"resume: '.*model_1.pt' is a task 'cartpole' checkpoint, but the config asks for 'g1_walk_flat'; add task=cartpole",
+    ):
+        create_training_handle(config(tmp_path, f"resume={tmp_path}", "task=g1_walk_flat"))
+
+
+def test_run_keys_are_checked_before_anything_is_built(monkeypatch, tmp_path):
+    built = use_fake_env(monkeypatch)
+    for override, message in (
+        ("num_envs=0", r"num_envs: expected an int >= 1, got 0"),
+        ("save_interval=0", r"save_interval: expected an int >= 1, got 0"),
+        ("backend=bullet", r"backend: expected one of mujoco, mjwarp, motrix, got 'bullet'"),
+        ("algo.name=a2c", r"algo.name: expected one of ppo, fastsac, got 'a2c'"),
+        ("device=tpu", r"device: expected auto, cpu, cuda or cuda:N, got 'tpu'"),
+        ("threads=0", r"threads: expected null \(every core\) or an int in 1\.\."),
+        ("num_threads=2", r"num_threads: 2 conflicts with the thread budget \(1\); set threads=2"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            create_training_handle(config(tmp_path / "bad", override))
+    assert built == []
+
+
+def test_thread_budget_gives_every_pool_the_budget():
+    budget = ThreadBudget.resolve(None)
+    assert budget.total == budget.physics == budget.kernel == budget.torch == available_cores()
+    assert ThreadBudget.resolve(1).torch == 1
+    with pytest.raises(
+        ValueError, match=r"threads: expected null \(every core\) or an int in 1\.\.\d+, got 'two'"
+    ):
+        ThreadBudget.resolve("two")  # type: ignore[arg-type]
