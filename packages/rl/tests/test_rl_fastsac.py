@@ -258,6 +258,13 @@ def test_state_dict_round_trip_is_exact(trained, tmp_path):
         torch.testing.assert_close(
             fresh.export_policy()(obs), trainer.export_policy()(obs), rtol=0, atol=0
         )
+        # resumed: the replay refills for learning_starts steps, then the usual ratio (no
+        # burst of updates for the env steps counted before the checkpoint)
+        metrics = fresh.iterate()
+        algo = fresh.cfg
+        updates = fresh.learner.updates - state["learner"]["updates"]
+        assert updates == (algo.steps_per_iteration - algo.learning_starts + 1) * 2  # 2 per step
+        assert metrics["Perf/env_steps"] == fresh.cfg.steps_per_iteration * fresh.spec.num_envs
     finally:
         fresh.close()
     with pytest.raises(ValueError, match="checkpoint: expected a FastSAC state"):

@@ -4,6 +4,7 @@ shared memory), and learning cartpole with the collector in its own process."""
 
 from __future__ import annotations
 
+import copy
 import math
 import multiprocessing as mp
 import os
@@ -237,9 +238,12 @@ def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tm
             metrics = trainer.iterate()
             iterations += 1
             best = max(best, metrics.get("Episode/return", -math.inf))
+        elapsed = time.perf_counter() - started
+        # loading a state (as a resume does) republishes the policy and training goes on
+        trainer.load_state_dict(copy.deepcopy(trainer.state_dict()))
+        assert trainer.iterate()["Perf/updates"] > 0
     finally:
         trainer.close()
-    elapsed = time.perf_counter() - started
     assert best >= THRESHOLD, f"return {best:.2f} after {iterations} iterations ({elapsed:.0f} s)"
     # both ran at once: the collector delivered more env steps than the learner's ratio
     # (updates_per_step = 2) would have asked for in sync mode

@@ -471,7 +471,8 @@ class CollectorPlan:
     ring: RingSpec
     weights: ChannelSpec
     policy_builder: Callable[[], torch.nn.Module]  # picklable; module with .explore(obs)
-    random_steps: int  # env steps (of all envs) with uniform random actions first
+    random_steps: int  # first env steps (of all envs) with uniform random actions, as long
+    # as the published policy is untrained (its tag, the learner's update count, is 0)
 
 
 def collector_main(
@@ -603,7 +604,7 @@ def _collect(
             version, policy_updates = newer
         for group in groups:  # the env's buffers change on step: the record is the copy
             np.copyto(record[f"obs.{group}"], obs[group])
-        if step < random_steps:
+        if step < random_steps and policy_updates == 0:  # an untrained policy: explore widely
             random_actions[:] = rng.uniform(-1.0, 1.0, random_actions.shape)
             actions = random_actions
         else:

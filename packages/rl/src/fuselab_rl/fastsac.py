@@ -497,8 +497,11 @@ class FastSACTrainer:
         try:
             self.learner = FastSAC(self.cfg, spec, self.device)
             self.stats = StepStats(spec)
-            self.env_steps = 0  # env steps (of every env) received
+            self.env_steps = 0  # env steps (of every env) received, over resumes
             self.iterations = 0
+            self._records_taken = 0  # from this collector (its records' sequence numbers)
+            self._update_credit = 0.0  # updates the ratio allows now
+            self._updates_owed = 0.0  # async: minimum updates due before the next record
             self._previous_commit: float | None = None
             if self._collector is not None:
                 self._packer = PolicyPacker(self.learner.policy)
@@ -516,6 +519,7 @@ class FastSACTrainer:
                 }
                 self._obs = self._env.reset_all()
                 self._rng = np.random.default_rng(int(cfg.seed))
+                self._random_steps_left = self.cfg.learning_starts
         except BaseException:
             self.close()
             raise
@@ -564,8 +568,12 @@ class FastSACTrainer:
         self.stats.load_state_dict(state["episode_stats"])
         self.env_steps = int(state["env_steps"])
         self.iterations = int(state["iterations"])
+        # a trained policy acts from the first step; the replay (not saved) fills up again
+        # for learning_starts steps before the updates resume
         if self._collector is not None:
             self._publish()
+        else:
+            self._random_steps_left = 0
 
     def export_policy(self) -> nn.Module:
         """Deterministic CPU policy: actor obs (B, D) -> tanh of the mean (B, A)."""
@@ -578,10 +586,21 @@ class FastSACTrainer:
 
     # -- modes -----------------------------------------------------------------------------------
 
-    def _updates_allowed(self) -> int:
-        """Updates the ratio allows after the env steps received so far."""
-        fresh = self.env_steps - self.cfg.learning_starts + 1
-        return math.floor(self.cfg.updates_per_step * fresh + 1e-9) if fresh > 0 else 0
+    def _credit_updates(self, steps: int) -> None:
+        """Env steps arrived: each one, once the replay holds ``learning_starts`` of them,
+        earns ``updates_per_step`` updates (kept to one iteration's worth, so a learner that
+        fell behind a fast collector does not later update far past the data it has) and,
+        in async mode, owes ``min_updates_per_step`` of them before the next is taken."""
+        warm = self.learner.replay.steps_written - self.cfg.learning_starts + 1
+        earning = min(steps, max(warm, 0))
+        cap = self.cfg.updates_per_step * self.cfg.steps_per_iteration
+        self._update_credit = min(self._update_credit + earning * self.cfg.updates_per_step, cap)
+        self._updates_owed += earning * self.cfg.min_updates_per_step
+
+    def _update(self) -> None:
+        self.learner.update()
+        self._update_credit -= 1.0
+        self._updates_owed = max(0.0, self._updates_owed - 1.0)
 
     def _iterate_sync(self) -> dict[str, float]:
         collect_s = learn_s = 0.0
@@ -591,8 +610,8 @@ class FastSACTrainer:
             self._step_env()
             collect_s += time.perf_counter() - step_started
             learn_started = time.perf_counter()
-            while self.learner.updates < self._updates_allowed():
-                self.learner.update()
+            while self._update_credit >= 1.0:
+                self._update()
                 updates += 1
             learn_s += time.perf_counter() - learn_started
         return {"Perf/learn_s": learn_s, "updates": updates}
@@ -602,7 +621,8 @@ class FastSACTrainer:
         record = self._record
         for group in self.spec.obs_dims:
             np.copyto(record[f"obs.{group}"], self._obs[group])
-        if self.env_steps < self.cfg.learning_starts:
+        if self._random_steps_left > 0:
+            self._random_steps_left -= 1
             record["actions"][:] = self._rng.uniform(-1.0, 1.0, record["actions"].shape)
         else:
             with torch.inference_mode():
@@ -625,7 +645,7 @@ class FastSACTrainer:
         collector.check()
         while updates < updates_goal:
             self._drain(ring)
-            if self.learner.updates >= self._updates_allowed():
+            if self._update_credit < 1.0:  # the ratio is reached: wait for the collector
                 wait_started = time.perf_counter()
                 collector.wait_for_records(1)
                 wait_s += time.perf_counter() - wait_started
@@ -633,7 +653,7 @@ class FastSACTrainer:
                 continue
             update_started = time.perf_counter()
             actor_updates = self.learner.actor_updates
-            self.learner.update()
+            self._update()
             if (
                 self.learner.actor_updates != actor_updates
                 and self.learner.actor_updates % self.cfg.publish_interval == 0
@@ -649,25 +669,25 @@ class FastSACTrainer:
         }
 
     def _drain(self, ring: Any) -> None:
-        """Take the records the minimum ratio lets go (every one when it is 0)."""
-        minimum = self.cfg.min_updates_per_step
-        count = ring.available()
-        if minimum > 0:
-            # records that keep updates >= minimum * (env steps after learning_starts + 1)
-            allowed = self.learner.updates / minimum + self.cfg.learning_starts - 1
-            count = min(count, max(0, math.floor(allowed) - self.env_steps))
-        if count:
-            self._take_from(ring, count)
+        """Take what the ring holds; with ``min_updates_per_step`` > 0, one record at a time
+        and only while no minimum updates are owed, so a slow learner holds the collector."""
+        if self.cfg.min_updates_per_step <= 0:
+            if ring.available():
+                self._take_from(ring, ring.available())
+            return
+        while ring.available() and self._updates_owed < 1.0:
+            self._take_from(ring, 1)
 
     def _take_from(self, ring: Any, count: int = 1) -> None:
         records = [ring.peek(k) for k in range(count)]
         for k, record in enumerate(records):
-            if int(record["seq"]) != self.env_steps + k:
+            if int(record["seq"]) != self._records_taken + k:
                 raise RuntimeError(
-                    f"transition ring: expected record {self.env_steps + k}, got "
+                    f"transition ring: expected record {self._records_taken + k}, got "
                     f"{int(record['seq'])} (a lost or repeated env step)"
                 )
         self._take(records)
+        self._records_taken += count
         ring.release(count)
 
     def _take(self, records: Sequence[dict[str, np.ndarray]]) -> None:
@@ -675,6 +695,7 @@ class FastSACTrainer:
         for record in records:
             self.stats.add(record, self.learner.updates)
         self.env_steps += len(records)
+        self._credit_updates(len(records))
 
     def _publish(self) -> None:
         assert self._collector is not None and self._collector.weights is not None
