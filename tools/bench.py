@@ -26,6 +26,7 @@ import numpy as np
 from bench_backends import backends_rows, bench_backends
 from bench_protocol import time_side_by_side
 from bench_tracking import bench_tracking, tracking_rows
+from bench_training import bench_training, training_rows
 from bench_walk import bench_walk, walk_rows
 
 from fuselab_env_core import synthetic
@@ -200,6 +201,7 @@ SUITES = {
     "backends": (bench_backends, backends_rows),
     "walk": (bench_walk, walk_rows),
     "tracking": (bench_tracking, tracking_rows),
+    "training": (bench_training, training_rows),
 }
 
 
@@ -247,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--walk-steps", type=int, default=100, help="env steps per walk repeat")
     parser.add_argument("--tracking-envs", type=int, default=8192, help="N of the tracking suite")
     parser.add_argument("--tracking-steps", type=int, default=100, help="steps per tracking repeat")
+    parser.add_argument("--training-envs", type=int, default=1024, help="N of the training suite")
+    parser.add_argument("--training-iterations", type=int, default=5, help="PPO iterations timed")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -261,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         args.physics_envs, args.warp_envs = 64, 8
         args.walk_envs, args.walk_steps = 64, 10
         args.tracking_envs, args.tracking_steps = 64, 10
+        args.training_envs, args.training_iterations = 64, 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -280,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             "walk_steps": args.walk_steps,
             "tracking_envs": args.tracking_envs,
             "tracking_steps": args.tracking_steps,
+            "training_envs": args.training_envs,
+            "training_iterations": args.training_iterations,
             "warmup": args.warmup,
             "measure": args.measure,
             "repeats": args.repeats,
