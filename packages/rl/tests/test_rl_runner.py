@@ -192,3 +192,22 @@ def test_thread_budget_gives_every_pool_the_budget():
         ValueError, match=r"threads: expected null \(every core\) or an int in 1\.\.\d+, got 'two'"
     ):
         ThreadBudget.resolve("two")  # type: ignore[arg-type]
+
+
+def test_ctrl_c_saves_the_iterations_done_and_stops(monkeypatch, tmp_path):
+    use_fake_env(monkeypatch)
+    with create_training_handle(config(tmp_path, "save_interval=100")) as handle:
+        trainer = ppo_of(handle)
+        real_iterate, calls = trainer.iterate, []
+
+        def iterate():
+            calls.append(1)
+            if len(calls) == 3:
+                raise KeyboardInterrupt
+            return real_iterate()
+
+        monkeypatch.setattr(trainer, "iterate", iterate)
+        with pytest.raises(KeyboardInterrupt):
+            handle.train(10)
+    assert handle.iteration == 2
+    assert load_checkpoint(tmp_path)["iteration"] == 2
