@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import pytest
 import torch
@@ -211,3 +212,18 @@ def test_ctrl_c_saves_the_iterations_done_and_stops(monkeypatch, tmp_path):
             handle.train(10)
     assert handle.iteration == 2
     assert load_checkpoint(tmp_path)["iteration"] == 2
+
+
+def test_plot_needs_matplotlib_only_when_asked_and_says_how_to_get_it(monkeypatch, tmp_path):
+    from fuselab_rl.plot import plot_metrics
+
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"iteration": 1, "wall_s": 1.0, "Episode/return": 0.5, "Episode/length": 20}\n'
+        '{"iteration": 2, "wall_s": 2.0, "Episode/return": 0.7, "Episode/length": 30}\n'
+    )
+    assert plot_metrics(tmp_path).stat().st_size > 5000
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    with pytest.raises(
+        ImportError, match=r"plot: matplotlib is not installed; `pip install 'fuselab-rl\[plot\]'`"
+    ):
+        plot_metrics(tmp_path)

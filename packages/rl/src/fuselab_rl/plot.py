@@ -2,8 +2,8 @@
 
     python -m fuselab_rl.plot runs/g1_walk_flat/2025-01-01_12-00-00
 
-matplotlib is optional for fuselab-rl: it is imported here only, and a clear ImportError says
-how to get it.
+matplotlib is optional for fuselab-rl (the ``plot`` extra): it is imported here only, and a
+clear ImportError says how to get it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def plot_metrics(run_dir: str | Path, out: str | Path | None = None) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError(
-            "plot: matplotlib is not installed; `pip install matplotlib` to plot metrics.jsonl"
+            "plot: matplotlib is not installed; `pip install 'fuselab-rl[plot]'` (or matplotlib) "
+            "to plot metrics.jsonl"
         ) from None
     records = read_metrics(run_dir)
     out = Path(out) if out is not None else Path(run_dir) / PNG_NAME
