@@ -8,7 +8,7 @@ start with :data:`SHM_PREFIX`, the learner's pid and a random token):
   the slot at ``head % slots`` and then advances ``head``; the consumer reads the slot at
   ``tail % slots`` and then advances ``tail``. ``head - tail`` is the fill level; each index is
   written by one side only. **Full ring policy: the collector blocks** (nothing is dropped),
-  polling every few hundred microseconds and checking, several times a second, that the
+  polling with sleeps from 0.1 ms growing to 2 ms, and checking ten times a second that the
   learner is alive and has not asked it to stop.
 - :class:`WeightChannel`: the learner publishes the acting policy (actor weights and
   observation-normalizer statistics, as one float32 vector) into three rotating buffers,
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 SHM_PREFIX = "fuselab_fastsac"
 _ALIGN = 64  # bytes: records and fields start on cache lines
-_POLL_S = 0.0002  # sleep between polls of a full or empty ring
+_POLL_S = (0.0001, 0.002)  # sleep between polls of a full or empty ring: doubles up to the max
 _LIVENESS_S = 0.1  # how often a waiting side checks the other process
 
 
@@ -207,8 +207,10 @@ class TransitionRing:
         if slot is not None:
             return slot, 0.0
         started = checked = time.perf_counter()
+        pause = _POLL_S[0]
         while slot is None:
-            time.sleep(_POLL_S)
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_S[1])
             now = time.perf_counter()
             if now - checked > _LIVENESS_S:
                 checked = now
@@ -768,8 +770,10 @@ class AsyncCollector:
         assert self.ring is not None
         available = self.ring.available()
         checked = time.perf_counter()
+        pause = _POLL_S[0]
         while available < count:
-            time.sleep(_POLL_S)
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_S[1])
             now = time.perf_counter()
             if now - checked > _LIVENESS_S:
                 checked = now
