@@ -1,6 +1,7 @@
-"""Plot a run's metrics.jsonl: mean episode return and length against wall time (a PNG).
+"""Plot runs' metrics.jsonl: mean episode return and length against wall time (a PNG).
 
     python -m fuselab_rl.plot runs/g1_walk_flat/2025-01-01_12-00-00
+    python -m fuselab_rl.plot RUN_A RUN_B -o compare.png    # several runs on the same axes
 
 matplotlib is optional for fuselab-rl (the ``plot`` extra): it is imported here only, and a
 clear ImportError says how to get it.
@@ -8,6 +9,7 @@ clear ImportError says how to get it.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -24,6 +26,11 @@ def read_metrics(run_dir: str | Path) -> list[dict]:
 
 def plot_metrics(run_dir: str | Path, out: str | Path | None = None) -> Path:
     """Write ``<run_dir>/metrics.png`` (or ``out``): return and episode length vs wall time."""
+    return plot_runs([run_dir], Path(out) if out is not None else Path(run_dir) / PNG_NAME)
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path) -> Path:
+    """Several runs on the same axes, each labelled with its algorithm and run directory."""
     try:
         import matplotlib
 
@@ -34,32 +41,58 @@ def plot_metrics(run_dir: str | Path, out: str | Path | None = None) -> Path:
             "plot: matplotlib is not installed; `pip install 'fuselab-rl[plot]'` (or matplotlib) "
             "to plot metrics.jsonl"
         ) from None
-    records = read_metrics(run_dir)
-    out = Path(out) if out is not None else Path(run_dir) / PNG_NAME
+    runs = {Path(run_dir): read_metrics(run_dir) for run_dir in run_dirs}
+    out = Path(out)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), constrained_layout=True)
-    for ax, key, label in (
-        (axes[0], "Episode/return", "mean episode return"),
-        (axes[1], "Episode/length", "mean episode length (steps)"),
+    for run_dir, records in runs.items():
+        label = f"{_algo(run_dir)} ({run_dir.resolve().name}, {len(records)} iterations)"
+        for ax, key in ((axes[0], "Episode/return"), (axes[1], "Episode/length")):
+            points = [(r["wall_s"] / 60.0, r[key]) for r in records if r.get(key) is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), label=label)
+    for ax, label in (
+        (axes[0], "mean episode return"),
+        (axes[1], "mean episode length (steps)"),
     ):
-        points = [(r["wall_s"] / 60.0, r[key]) for r in records if r.get(key) is not None]
-        if points:
-            ax.plot(*zip(*points, strict=True))
         ax.set_xlabel("wall time (min)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{Path(run_dir).resolve().name}: {len(records)} iterations")
+    axes[0].legend(fontsize="small")
+    tasks = sorted({_task(run_dir) for run_dir in runs})
+    fig.suptitle(", ".join(tasks))
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
 
 
+def _algo(run_dir: Path) -> str:
+    return str(_config(run_dir).get("algo", {}).get("name", "?"))
+
+
+def _task(run_dir: Path) -> str:
+    return str(_config(run_dir).get("task_name", "?"))
+
+
+def _config(run_dir: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    path = run_dir / "config.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        sys.stderr.write("usage: python -m fuselab_rl.plot RUN_DIR\n")
-        return 2
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("-o", "--out", type=Path, help="default: <the one run dir>/metrics.png")
+    args = parser.parse_args(argv)
+    if args.out is None and len(args.run_dirs) > 1:
+        parser.error("--out: name the PNG when plotting several runs")
     try:
-        sys.stdout.write(f"wrote {plot_metrics(args[0])}\n")
+        if args.out is None:
+            written = plot_metrics(args.run_dirs[0])
+        else:
+            written = plot_runs(args.run_dirs, args.out)
+        sys.stdout.write(f"wrote {written}\n")
     except (ImportError, FileNotFoundError) as error:
         sys.stderr.write(f"error: {error}\n")
         return 1
