@@ -145,14 +145,17 @@ class FusedTerms:
         b = self.buffers
         if arg.source == "scalars":
             return b.scalars
-        if arg.source == "state":
-            return _checked(f"state buffer {arg.key!r}", self.state[arg.key], arg, self.num_envs)
+        key = arg.key
         if arg.source == "data":
-            return self.plan.data[arg.key]
+            assert isinstance(key, int)  # data arrays are bound by index
+            return self.plan.data[key]
+        assert isinstance(key, str)  # every other source is bound by name
+        if arg.source == "state":
+            return _checked(f"state buffer {key!r}", self.state[key], arg, self.num_envs)
         sources = {"workspace": b.workspace, "obs": b.obs, "noise": b.noise}
         if arg.source in sources:
-            return sources[arg.source][arg.key]
-        return getattr(b, arg.key)
+            return sources[arg.source][key]
+        return getattr(b, key)
 
 
 def prefer_sleeping_omp_threads() -> None:
@@ -193,11 +196,14 @@ def num_envs_of(state: Mapping[str, np.ndarray]) -> int:
     distinct = set(sizes.values())
     if len(distinct) != 1 or None in distinct:
         raise PlanError(f"state buffers must share a leading num_envs dimension, got {sizes}")
-    return int(distinct.pop())
+    size = distinct.pop()
+    assert size is not None  # ruled out above
+    return int(size)
 
 
 def _thread_budget(num_threads: int | None) -> int:
-    available = numba.config.NUMBA_NUM_THREADS
+    # numba.config sets its options through globals() at import, so pyright cannot see them
+    available = numba.config.NUMBA_NUM_THREADS  # pyright: ignore[reportAttributeAccessIssue]
     if num_threads is None:
         return available
     if isinstance(num_threads, bool) or not isinstance(num_threads, int):

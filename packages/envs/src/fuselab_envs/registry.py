@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_module
@@ -31,13 +31,14 @@ def _g1_walk_flat(cfg: DictConfig, backend: SimBackend):
     from fuselab_envs.tasks.g1_walk_flat import CommandCfg, EventCfg, G1WalkFlat
 
     terms = _terms(cfg)
-    commands = OmegaConf.to_container(cfg.commands, resolve=True)
+    commands = cast("dict[str, Any]", OmegaConf.to_container(cfg.commands, resolve=True))
+    command_kwargs: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in commands.items()
+    }
     return G1WalkFlat(
         backend,
         terms,  # type: ignore[arg-type]
-        commands=CommandCfg(
-            **{k: tuple(v) if isinstance(v, list) else v for k, v in commands.items()}
-        ),  # type: ignore[union-attr]
+        commands=CommandCfg(**command_kwargs),
         events=EventCfg(**OmegaConf.to_container(cfg.events, resolve=True)),  # type: ignore[arg-type]
         decimation=cfg.env.decimation,
         episode_length_s=cfg.env.episode_length_s,

@@ -40,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import mujoco
 import mujoco_warp as mjw
@@ -70,15 +71,19 @@ _RESET_STATE_PARTS = (
 )
 
 
+# Kernel parameters are annotated the way Warp documents (``wp.array(dtype=...)``, a call that
+# is not a valid type expression, hence the line-level ignores; the ``wp.array[dtype]`` form
+# needs a newer Warp than the warp-lang>=1.8 this package accepts), and ``a, b = wp.tid()``
+# unpacks a union that Warp's stub cannot narrow by arity.
 @wp.kernel
 def _net_contact_forces(
-    nacon: wp.array(dtype=int),
-    contact_geom: wp.array(dtype=wp.vec2i),
-    contact_worldid: wp.array(dtype=int),
-    contact_force: wp.array(dtype=wp.spatial_vector),
-    geom_bodyid: wp.array(dtype=int),
-    cleared: wp.array(dtype=wp.bool),
-    out: wp.array2d(dtype=wp.vec3),
+    nacon: wp.array(dtype=int),  # pyright: ignore[reportInvalidTypeForm]
+    contact_geom: wp.array(dtype=wp.vec2i),  # pyright: ignore[reportInvalidTypeForm]
+    contact_worldid: wp.array(dtype=int),  # pyright: ignore[reportInvalidTypeForm]
+    contact_force: wp.array(dtype=wp.spatial_vector),  # pyright: ignore[reportInvalidTypeForm]
+    geom_bodyid: wp.array(dtype=int),  # pyright: ignore[reportInvalidTypeForm]
+    cleared: wp.array(dtype=wp.bool),  # pyright: ignore[reportInvalidTypeForm]
+    out: wp.array2d(dtype=wp.vec3),  # pyright: ignore[reportInvalidTypeForm]
 ):
     """Per (world, body) net contact force: every contact pushes its second geom's body by its
     world-frame force and its first geom's body by the opposite (``out`` zeroed beforehand)."""
@@ -95,8 +100,8 @@ def _net_contact_forces(
 
 
 @wp.kernel
-def _zero_vec3(out: wp.array2d(dtype=wp.vec3)):
-    world, body = wp.tid()
+def _zero_vec3(out: wp.array2d(dtype=wp.vec3)):  # pyright: ignore[reportInvalidTypeForm]
+    world, body = wp.tid()  # pyright: ignore[reportAssignmentType, reportGeneralTypeIssues]
     out[world, body] = wp.vec3(0.0)
 
 
@@ -237,7 +242,8 @@ class MjWarpBackend(SimBackend):
         # Contact forces: per contact (world frame), then per (world, body), then the host.
         with wp.ScopedDevice(wp_device):
             self._contact_ids = wp.array(np.arange(d.naconmax, dtype=np.int32), dtype=int)
-            self._contact_force6 = wp.zeros(d.naconmax, dtype=wp.spatial_vector)
+            # Warp's stub types the host wp.zeros by its in-kernel namesake (Array); it is an array
+            self._contact_force6 = cast(wp.array, wp.zeros(d.naconmax, dtype=wp.spatial_vector))
             self._body_force_d = wp.zeros((n, mjm.nbody), dtype=wp.vec3)
             self._cleared_d = wp.zeros(n, dtype=wp.bool)
         self._body_force_h, self._body_force = host_buffer((n, mjm.nbody), wp.vec3)

@@ -33,6 +33,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import mujoco
 import numba
@@ -59,7 +60,7 @@ SENSOR_WIDTH = 13  # 3 + 4 + 3 + 3 per body
 NO_CONTACT = -1  # contact sensor slot of a body that cannot touch anything
 WORLD_CONTACT = -2  # contact sensor slot of the world body: minus the sum of every slot
 STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
-_D = mujoco.mjtDisableBit
+_D: Any = mujoco.mjtDisableBit  # declared: pyright would read _D.a | _D.b as a type union
 # Everything a zero-length step would compute beyond positions, velocities and sensors.
 KINEMATICS_ONLY = (
     _D.mjDSBL_CONTACT
@@ -294,7 +295,7 @@ def _touching_bodies(model: mujoco.MjModel) -> np.ndarray:
     np.bitwise_or.at(conaffinity, model.geom_bodyid, model.geom_conaffinity)
     matches = (contype[:, None] & conaffinity[None, :]) | (conaffinity[:, None] & contype[None, :])
     np.fill_diagonal(matches, 0)  # geoms of one body never collide
-    touching = matches.any(axis=1)
+    touching = cast(np.ndarray, matches.any(axis=1))  # 2-D in, so an array (not np.bool) out
     touching[model.geom_bodyid[model.pair_geom1]] = True
     touching[model.geom_bodyid[model.pair_geom2]] = True
     touching[0] = False  # the world's force is minus the sum of the others
