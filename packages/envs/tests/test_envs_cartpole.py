@@ -58,7 +58,11 @@ def test_a_pd_controller_keeps_the_pole_up_for_a_whole_episode():
     env = fuselab_envs.make("cartpole", num_envs=4, num_threads=1, **{"env.episode_length_s": 2.0})
     returns = []
     for _ in range(env.max_episode_steps[0]):
-        x, theta, v, omega = env.robot.joint_pos[:, 0], env.robot.joint_pos[:, 1], *env.robot.joint_vel.T
+        x, theta, v, omega = (
+            env.robot.joint_pos[:, 0],
+            env.robot.joint_pos[:, 1],
+            *env.robot.joint_vel.T,
+        )
         push = 2.0 * theta + 0.5 * omega + 0.05 * x + 0.1 * v
         result = env.step(np.clip(push, -1, 1)[:, None].astype(np.float32))
         assert not result.terminated.any()

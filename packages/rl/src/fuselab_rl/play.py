@@ -8,7 +8,6 @@ ffmpeg plugin writes the MP4. Without a display, set ``MUJOCO_GL=egl`` (GPU or M
 ``MUJOCO_GL=osmesa`` (software) before mujoco is imported; ``fuselab-play`` picks egl itself.
 """
 
-# pyright: reportAttributeAccessIssue=false
 # (mujoco's bindings re-export compiled names that pyright cannot see: MjData, Renderer, ...)
 
 from __future__ import annotations

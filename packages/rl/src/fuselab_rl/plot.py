@@ -81,7 +81,7 @@ def _config(run_dir: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("-o", "--out", type=Path, help="default: <the one run dir>/metrics.png")
     args = parser.parse_args(argv)
