@@ -214,8 +214,10 @@ class TransitionRing:
             now = time.perf_counter()
             if now - checked > _LIVENESS_S:
                 checked = now
-                if self.stop_requested or not alive():
-                    raise LearnerGone("learner stopped while the ring was full")
+                if self.stop_requested:
+                    raise LearnerGone("stop requested while the ring was full")
+                if not alive():
+                    raise LearnerGone("it vanished while the ring was full")
             slot = self.try_claim()
         return slot, time.perf_counter() - started
 
@@ -482,12 +484,14 @@ def collector_main(
     cfg: dict,
     num_threads: int,
     seed: int,
-    log_level: int,
+    logs: LogSetup,
     spawned_at: float,
 ) -> None:
     """The collector process: build the env, report its spec, then step it forever, writing
     one record per env step into the ring, until the learner asks it to stop or vanishes."""
-    _configure_logging(log_level)
+    # Ctrl-C reaches the whole process group: the learner handles it (saves, then stops us)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logs.apply()
     log.info(
         "collector process %d: up %.0f ms after spawn (interpreter and imports)",
         os.getpid(),
@@ -568,7 +572,7 @@ def _run_collector(
 def _receive_plan(conn: Connection, alive: Callable[[], bool]) -> CollectorPlan:
     while not conn.poll(_LIVENESS_S):
         if not alive():
-            raise LearnerGone("learner vanished before sending the plan")
+            raise LearnerGone("it vanished before sending the plan")
     message = conn.recv()
     if message[0] == "stop":
         raise LearnerGone("learner stopped before sending the plan")
@@ -599,7 +603,7 @@ def _collect(
         if started - checked > _LIVENESS_S:
             checked = started
             if ring.stop_requested or not alive():
-                raise LearnerGone("stop requested" if ring.stop_requested else "learner vanished")
+                raise LearnerGone("stop requested" if ring.stop_requested else "it vanished")
         newer = weights.read_if_newer(version, vector)
         if newer is not None:
             packer.unpack(vector)
@@ -629,15 +633,32 @@ def _collect(
         step += 1
 
 
-def _configure_logging(level: int) -> None:
-    logging.basicConfig(
-        level=level,
-        format=(
-            "%(asctime)s.%(msecs)03d %(levelname)s [collector %(process)d] %(name)s: %(message)s"
-        ),
-        datefmt="%H:%M:%S",
-        force=True,
-    )
+@dataclass(frozen=True)
+class LogSetup:
+    """The learner's console logging, for the collector to copy (spawned processes start
+    without handlers): level, and the format with the collector's pid marked in it."""
+
+    level: int
+    format: str = "%(asctime)s.%(msecs)03d %(levelname).1s %(name)s: %(message)s"
+    datefmt: str | None = "%H:%M:%S"
+
+    @classmethod
+    def of_this_process(cls) -> LogSetup:
+        level = logging.getLogger("fuselab_rl").getEffectiveLevel()
+        formatter = next((h.formatter for h in logging.getLogger().handlers if h.formatter), None)
+        fmt = getattr(formatter, "_fmt", None)  # logging keeps a formatter's format here
+        if formatter is None or not isinstance(fmt, str):
+            return cls(level)
+        return cls(level, fmt, formatter.datefmt)
+
+    def apply(self) -> None:
+        marker = "[collector %(process)d] "
+        fmt = (
+            self.format.replace("%(name)s", marker + "%(name)s", 1)
+            if "%(name)s" in self.format
+            else marker + self.format
+        )
+        logging.basicConfig(level=self.level, format=fmt, datefmt=self.datefmt, force=True)
 
 
 # -- the learner's handle --------------------------------------------------------------------------
@@ -669,7 +690,7 @@ class AsyncCollector:
                 cfg,
                 num_threads,
                 seed,
-                logging.getLogger("fuselab_rl").getEffectiveLevel(),
+                LogSetup.of_this_process(),
                 time.monotonic(),
             ),
             name="fuselab-collector",

@@ -66,7 +66,7 @@ class SquashedGaussianActor(nn.Module):
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterized action in [-1, 1] and its log-probability (B,)."""
-        mean, log_std = self(obs)
+        mean, log_std = (x.float() for x in self(obs))  # the Gaussian in float32 under autocast
         noise = torch.randn_like(mean)
         pre_squash = mean + noise * log_std.exp()
         gaussian = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)

@@ -128,7 +128,7 @@ class NStepReplay:
         # the window stops at the first episode end, at the newest step, or after n steps
         last = self.ended[rows, env_rows] | (window + 1 >= written)
         last[:, -1] = True
-        horizon = last.to(torch.uint8).argmax(dim=1)  # the first True
+        horizon = last.float().argmax(dim=1)  # the first True
         included = self._offsets[None, :] <= horizon[:, None]
         rewards = torch.where(included, self.rewards[rows, env_rows], 0.0)
         returns = (rewards * self._discounts[:-1]).sum(1)
