@@ -11,12 +11,13 @@ temperature update.
 
 - ``async``: a collector process steps the env and writes transitions into a shared-memory
   ring while this process learns and publishes the policy (:mod:`fuselab_rl.async_collect`).
-  The learner never exceeds ``updates_per_step`` updates per env step received (it waits for
-  data instead); a collector faster than that fills the replay faster.
-- ``sync``: one env step, then its updates, in this process (debugging, tests).
+  Each env step received earns ``updates_per_step`` updates, with at most one iteration's
+  worth banked: a learner faster than that waits for data; a collector faster than that
+  just fills the replay faster (unless ``collector.min_updates_per_step`` holds it back).
+- ``sync``: one env step, then the updates it earned, in this process (debugging, tests).
 
-An iteration is ``steps_per_iteration * updates_per_step`` critic updates in both modes (the
-first one also waits for ``learning_starts`` env steps of random actions).
+An iteration is ``steps_per_iteration * updates_per_step`` critic updates in both modes; the
+replay first fills with ``learning_starts`` env steps (random actions if the policy is new).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from fuselab_rl.fastsac_networks import (
 )
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepBatch, NStepReplay
+from fuselab_rl.threads import ThreadBudget
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +105,7 @@ class FastSACConfig:
         collector = raw.get("collector", {})
         raw |= {
             "collector_threads": collector.get("threads"),
-            "ring_slots": collector.get("ring_slots", 16),
+            "ring_slots": collector.get("ring_slots", 64),
             "publish_interval": collector.get("publish_interval", 1),
             "min_updates_per_step": collector.get("min_updates_per_step", 0.0),
         }
@@ -121,19 +123,23 @@ class FastSACConfig:
     def check(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"algo.mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
-        positive = (
-            "steps_per_iteration",
-            "updates_per_step",
-            "actor_update_interval",
-            "batch_size",
-            "buffer_size",
-            "n_step",
-            "num_atoms",
-            "publish_interval",
-        )
-        for name in positive:
-            if not getattr(self, name) > 0:
-                raise ValueError(f"algo.{name}: expected > 0, got {getattr(self, name)!r}")
+        positive = {
+            "steps_per_iteration": self.steps_per_iteration,
+            "updates_per_step": self.updates_per_step,
+            "actor_update_interval": self.actor_update_interval,
+            "batch_size": self.batch_size,
+            "buffer_size": self.buffer_size,
+            "n_step": self.n_step,
+            "num_atoms": self.num_atoms,
+            "collector.publish_interval": self.publish_interval,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise ValueError(f"algo.{name}: expected > 0, got {value!r}")
+        if self.learning_starts < 0:
+            raise ValueError(f"algo.learning_starts: expected >= 0, got {self.learning_starts!r}")
+        if self.ring_slots < 2:
+            raise ValueError(f"algo.collector.ring_slots: expected >= 2, got {self.ring_slots!r}")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"algo.tau: expected a value in (0, 1], got {self.tau!r}")
         if not 0.0 <= self.min_updates_per_step <= self.updates_per_step:
@@ -450,7 +456,7 @@ class StepStats:
 class FastSACTrainer:
     """The runner's Trainer for FastSAC (see :mod:`fuselab_rl.runner`)."""
 
-    def __init__(self, cfg: DictConfig, device: torch.device, threads: Any, run_dir: Path):
+    def __init__(self, cfg: DictConfig, device: torch.device, threads: ThreadBudget, run_dir: Path):
         started = time.perf_counter()
         self.cfg = FastSACConfig.from_cfg(cfg.algo)
         self.device = torch.device(device)
@@ -458,7 +464,7 @@ class FastSACTrainer:
         torch.manual_seed(int(cfg.seed))
         self._collector: AsyncCollector | None = None
         self._env: Any = None
-        total = int(getattr(threads, "total", None) or torch.get_num_threads())
+        total = threads.total
         if self.cfg.mode == "async":
             collector_threads, learner_threads = split_threads(
                 total, self.device, self.cfg.collector_threads
