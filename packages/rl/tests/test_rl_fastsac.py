@@ -20,6 +20,7 @@ from fuselab_rl.fastsac_networks import (
 )
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepReplay
+from fuselab_rl.runner import compose_config, create_training_handle
 
 # -- replay ----------------------------------------------------------------------------------------
 
@@ -293,3 +294,30 @@ def test_exported_policy_is_deterministic_on_cpu_and_is_the_squashed_mean(traine
     trainer.iterate()  # the export is a copy: training on does not change it
     assert torch.equal(policy(obs), first)
     assert not any(p.requires_grad for p in policy.parameters())
+
+
+def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):
+    overrides = [
+        "task=cartpole",
+        "algo=fastsac",
+        "algo.mode=sync",
+        "algo.learning_starts=2",
+        "algo.steps_per_iteration=4",
+        "threads=1",
+        "max_iterations=2",
+        "save_interval=2",
+        "progress=false",
+        "plot=false",
+        f"run_dir={tmp_path}",
+    ]
+    with create_training_handle(compose_config(overrides)) as handle:
+        handle.train()
+        exported = handle.trainer.export_policy()
+    assert (tmp_path / "model_2.pt").exists() and (tmp_path / "policy.onnx").exists()
+    resumed_cfg = compose_config([*overrides, f"resume={tmp_path}", "max_iterations=1"])
+    with create_training_handle(resumed_cfg) as handle:  # checkpoints load with weights_only
+        assert handle.iteration == 2
+        obs = torch.randn(8, 4)
+        assert torch.equal(handle.trainer.export_policy()(obs), exported(obs))
+        metrics = handle.train()
+    assert handle.iteration == 3 and math.isfinite(metrics["Loss/critic"])
