@@ -154,8 +154,8 @@ _HEADER_BYTES = 3 * _ALIGN
 class TransitionRing:
     """Single-producer single-consumer ring of records in shared memory (see the module doc)."""
 
-    def __init__(self, spec: RingSpec, segment: shared_memory.SharedMemory, owner: bool):
-        self.spec, self.slots, self._segment, self.owner = spec, spec.slots, segment, owner
+    def __init__(self, spec: RingSpec, segment: shared_memory.SharedMemory):
+        self.spec, self.slots, self._segment = spec, spec.slots, segment
         self._words = np.ndarray((_HEADER_BYTES // 8,), np.int64, buffer=segment.buf)
         stride = spec.layout.nbytes
         offsets = spec.layout.offsets()
@@ -179,13 +179,13 @@ class TransitionRing:
             raise ValueError(f"ring_slots: expected >= 2, got {slots}")
         spec = RingSpec(name or shm_name("ring"), layout, slots)
         segment = _create_segment(spec.name, _HEADER_BYTES + slots * layout.nbytes)
-        ring = cls(spec, segment, owner=True)
+        ring = cls(spec, segment)
         ring._words[:] = 0
         return ring
 
     @classmethod
     def attach(cls, spec: RingSpec) -> TransitionRing:
-        return cls(spec, shared_memory.SharedMemory(name=spec.name), owner=False)
+        return cls(spec, shared_memory.SharedMemory(name=spec.name))
 
     @property
     def nbytes(self) -> int:
@@ -282,8 +282,8 @@ class WeightChannel:
     """One writer publishes float32 vectors under increasing versions; readers copy the newest
     one without waiting (seqlock over three rotating buffers, see the module doc)."""
 
-    def __init__(self, spec: ChannelSpec, segment: shared_memory.SharedMemory, owner: bool):
-        self.spec, self._segment, self.owner = spec, segment, owner
+    def __init__(self, spec: ChannelSpec, segment: shared_memory.SharedMemory):
+        self.spec, self._segment = spec, segment
         words = (1 + _BUFFERS) * _ALIGN // 8
         self._words = np.ndarray((words,), np.int64, buffer=segment.buf)
         self._buffer_words = [
@@ -304,13 +304,13 @@ class WeightChannel:
     def create(cls, numel: int, name: str | None = None) -> WeightChannel:
         spec = ChannelSpec(name or shm_name("weights"), numel)
         nbytes = (1 + _BUFFERS) * _ALIGN + _BUFFERS * _align(4 * numel)
-        channel = cls(spec, _create_segment(spec.name, nbytes), owner=True)
+        channel = cls(spec, _create_segment(spec.name, nbytes))
         channel._words[:] = 0
         return channel
 
     @classmethod
     def attach(cls, spec: ChannelSpec) -> WeightChannel:
-        return cls(spec, shared_memory.SharedMemory(name=spec.name), owner=False)
+        return cls(spec, shared_memory.SharedMemory(name=spec.name))
 
     @property
     def version(self) -> int:
@@ -698,7 +698,8 @@ class AsyncCollector:
         )
         self.process.start()
         child_conn.close()
-        self._finalizer = weakref.finalize(self, _release, self.process, [])
+        self._channels: list[TransitionRing | WeightChannel] = []  # released with the process
+        self._finalizer = weakref.finalize(self, _release, self.process, self._channels)
         log.info(
             "collector process %d spawned (%.1f ms)",
             self.process.pid,
@@ -739,11 +740,15 @@ class AsyncCollector:
         """Create the ring and the weight channel and let the collector run."""
         started = time.perf_counter()
         self.ring = TransitionRing.create(transition_layout(self.spec), ring_slots)
+        self._channels.append(self.ring)
         self.weights = WeightChannel.create(weights_numel)
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _release, self.process, [self.ring, self.weights])
+        self._channels.append(self.weights)
         plan = CollectorPlan(self.ring.spec, self.weights.spec, policy_builder, random_steps)
-        self._conn.send(("plan", plan))
+        try:
+            self._conn.send(("plan", plan))
+        except OSError:  # the collector is gone: say why
+            self.check(wait_s=5.0)
+            raise
         log.info(
             "shared memory: ring %s (%d slots x %.2f MiB), weights %s (%.2f MiB) (%.1f ms)",
             self.ring.spec.name,
@@ -802,7 +807,7 @@ class AsyncCollector:
             available = self.ring.available()
         return available
 
-    def close(self, timeout_s: float = 5.0) -> None:
+    def close(self) -> None:
         """Stop the collector (asking first, then terminating) and release the shared memory."""
         if self._closed:
             return
