@@ -41,6 +41,7 @@ common.joint_pos_limits.numpy(
     lambda q, lower, upper: np.sum(np.maximum(lower - q, 0) + np.maximum(q - upper, 0), axis=1)
 )
 common.bad_orientation.numpy(lambda g, limit: g[:, 2] > -np.cos(limit))
+common.base_tilted_past.numpy(lambda g, limit: (g[:, 2] > -np.cos(limit)).astype(np.float32))
 common.base_height_below.numpy(lambda p, min_height, body: p[:, body, 2] < min_height)
 common.base_lin_vel.numpy(lambda v: v)
 common.base_ang_vel.numpy(lambda w: w)

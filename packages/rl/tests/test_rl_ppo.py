@@ -109,13 +109,15 @@ def test_one_iteration_updates_every_parameter_and_reports_the_shared_metric_key
 ):
     trainer, env = make_trainer(monkeypatch, tmp_path)
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
+    # the normalizers start from one rollout of the untrained policy (8 steps x 8 envs)
+    assert float(before["actor_normalizer.count"]) == 8 * 8 and env.step_calls == 8
     metrics = trainer.iterate()
     after = trainer.policy.state_dict()
     for name in ("actor.0.weight", "critic.0.weight", "log_std"):
         assert not torch.equal(before[name], after[name]), name
-    # the normalizers learned the rollout's statistics after the update
-    assert float(after["actor_normalizer.count"]) == 8 * 8
-    assert env.step_calls == 8
+    # ... and learn each rollout's statistics after its update
+    assert float(after["actor_normalizer.count"]) == 2 * 8 * 8
+    assert env.step_calls == 2 * 8
     for key in (
         "Episode/return",
         "Episode/length",

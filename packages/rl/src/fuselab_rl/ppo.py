@@ -251,6 +251,14 @@ class PPOTrainer:
         self.actor_obs = torch.zeros(self.num_envs, actor_dim, device=device)
         self.critic_obs = torch.zeros(self.num_envs, critic_dim, device=device)
         self._set_obs(obs)
+        # Normalizers start from one rollout of the untrained policy, not learned from: with
+        # identity statistics the first update sees raw joint velocities, moves the policy far
+        # (KL ~0.1 on the G1) and the adaptive schedule drops the learning rate to its floor.
+        self._collect()
+        self.policy.update_normalizers(
+            self.storage.actor_obs.flatten(0, 1), self.storage.critic_obs.flatten(0, 1)
+        )
+        self.stats = EpisodeStats(self.num_envs)
         parameters = sum(p.numel() for p in self.policy.parameters())
         log.info(
             "PPO ready: %d parameters on %s, %d steps x %d envs per iteration (%.1f ms)",

@@ -92,6 +92,13 @@ def joint_pos_limits(i, joint_pos, lower: np.ndarray, upper: np.ndarray):
     return total
 
 
+@reward()
+def base_tilted_past(i, projected_gravity_b, limit_angle_rad: float = 1.0):
+    """1 on the step the base tilts past ``limit_angle_rad``: with a large negative weight, the
+    termination penalty that keeps falling from being the cheapest way out of the penalties."""
+    return 1.0 if projected_gravity_b[i, 2] > -math.cos(limit_angle_rad) else 0.0
+
+
 # -- terminations ---------------------------------------------------------------------------------
 
 
