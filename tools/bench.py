@@ -1,11 +1,13 @@
 """fuselab benchmarks: every comparison is a ratio measured side by side in one process.
 
-    uv run python tools/bench.py core [--json PATH] [--quick] [--num-envs N]
+    uv run python tools/bench.py [SUITE ...] [--json PATH] [--report DIR] [--quick]
 
 Suites: core (env_core: fused kernel vs NumPy runtime, tuning rebuilds, runtime-slot price,
-disk-cache start-up, thread scaling). Protocol: warmup 10, then 3 repeats of 100 interleaved
-calls; median per repeat, median of repeats. Prints a table and writes JSON (schema checked
-before writing).
+disk-cache start-up, thread scaling), backends (body copy, physics threads and overhead, MuJoCo
+Warp, step time vs N), walk and tracking (the G1 tasks: full step, non-physics share, fused vs
+NumPy update_state), training (PPO collector vs the env alone) and fastsac (asynchronous
+pipeline efficiency). Protocol: warmup 10, then 3 repeats of 100 interleaved calls; median per
+repeat, median of repeats. Prints a table and writes JSON (schema checked before writing).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 import numba
 import numpy as np
 from bench_backends import backends_rows, bench_backends
+from bench_fastsac import bench_fastsac, fastsac_rows
 from bench_protocol import time_side_by_side
 from bench_tracking import bench_tracking, tracking_rows
 from bench_training import bench_training, training_rows
@@ -202,6 +205,7 @@ SUITES = {
     "walk": (bench_walk, walk_rows),
     "tracking": (bench_tracking, tracking_rows),
     "training": (bench_training, training_rows),
+    "fastsac": (bench_fastsac, fastsac_rows),
 }
 
 
@@ -251,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-steps", type=int, default=100, help="steps per tracking repeat")
     parser.add_argument("--training-envs", type=int, default=1024, help="N of the training suite")
     parser.add_argument("--training-iterations", type=int, default=5, help="PPO iterations timed")
+    parser.add_argument(
+        "--fastsac-envs", nargs="+", default=["g1_walk_flat:1024", "cartpole:64"], help="task:N"
+    )
+    parser.add_argument("--fastsac-seconds", type=float, default=10.0, help="training window")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
@@ -266,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         args.walk_envs, args.walk_steps = 64, 10
         args.tracking_envs, args.tracking_steps = 64, 10
         args.training_envs, args.training_iterations = 64, 2
+        args.fastsac_envs, args.fastsac_seconds = ["cartpole:16"], 2.0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     report = {
@@ -287,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
             "tracking_steps": args.tracking_steps,
             "training_envs": args.training_envs,
             "training_iterations": args.training_iterations,
+            "fastsac_envs": " ".join(args.fastsac_envs),
+            "fastsac_seconds": args.fastsac_seconds,
             "warmup": args.warmup,
             "measure": args.measure,
             "repeats": args.repeats,
