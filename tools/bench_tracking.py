@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_protocol import time_side_by_side
-from bench_walk import _time_stages
+from bench_walk import time_full_steps
 
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
@@ -60,24 +60,7 @@ def bench_tracking(args) -> dict:
 
     copy_ms = time_side_by_side({"copy": copy_bodies}, args.warmup, args.measure, args.repeats)
 
-    stages = {"physics": 0.0, "body copy": 0.0, "fused kernel": 0.0}
-    originals = _time_stages(env, stages)
-    totals, shares, stage_shares = [], [], []
-    for _ in range(args.repeats):
-        stages.update(dict.fromkeys(stages, 0.0))
-        started = time.perf_counter()
-        for _ in range(args.tracking_steps):
-            env.step(actions)
-        total = time.perf_counter() - started
-        totals.append(total)
-        shares.append(1.0 - stages["physics"] / total)
-        other = total - sum(stages.values())
-        stage_shares.append(
-            {**{k: v / total for k, v in stages.items()}, "rest (Python)": other / total}
-        )
-    for target, name, original in originals:
-        setattr(target, name, original)
-    total = float(np.median(totals))
+    full_step = time_full_steps(env, actions, args.tracking_steps, args.repeats)
     return {
         "update_state": {
             "num_envs": n,
@@ -94,17 +77,7 @@ def bench_tracking(args) -> dict:
             "goal": 1.8,
         },
         "copy_body_state_w": {"bodies": len(robot.body_ids), "ms": copy_ms["copy"]},
-        "full_step": {
-            "num_envs": n,
-            "steps": args.tracking_steps,
-            "env_steps_per_s": n * args.tracking_steps / total,
-            "non_physics_share_pct": float(np.median(shares)) * 100.0,
-            "goal_non_physics_pct": 5.0,
-        },
-        "stage_share_pct": {
-            stage: float(np.median([r[stage] for r in stage_shares])) * 100.0
-            for stage in stage_shares[0]
-        },
+        **full_step,
         "startup": _startup_cold_vs_warm(),
     }
 

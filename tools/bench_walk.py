@@ -24,13 +24,31 @@ def bench_walk(args) -> dict:
     env = fuselab_envs.make("g1_walk_flat", num_envs=n, backend="mujoco")
     rng = np.random.default_rng(0)
     actions = rng.uniform(-0.5, 0.5, (n, env.backend.model.nu)).astype(np.float32)
-    stages = {"physics": 0.0, "body copy": 0.0, "fused kernel": 0.0}
-    originals = _time_stages(env, stages)
     for _ in range(args.warmup):
         env.step(actions)
-    steps = args.walk_steps
+    full_step = time_full_steps(env, actions, args.walk_steps, args.repeats)
+
+    oracle = NumpyTerms(env.terms.plan, env.terms.state)
+    ms = time_side_by_side(
+        {"fused": env.terms, "numpy": oracle}, args.warmup, args.measure, args.repeats
+    )
+    return {
+        **full_step,
+        "update_state": {
+            "fused_ms": ms["fused"],
+            "numpy_ms": ms["numpy"],
+            "speedup": ms["numpy"] / ms["fused"],
+        },
+    }
+
+
+def time_full_steps(env, actions, steps: int, repeats: int) -> dict:
+    """Env-steps/s of ``steps`` full steps (median of ``repeats``), the non-physics share of a
+    step and each stage's share (physics, body copy, fused kernel, the Python rest)."""
+    stages = {"physics": 0.0, "body copy": 0.0, "fused kernel": 0.0}
+    originals = _time_stages(env, stages)
     totals, shares, stage_shares = [], [], []
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         stages.update(dict.fromkeys(stages, 0.0))
         started = time.perf_counter()
         for _ in range(steps):
@@ -44,28 +62,17 @@ def bench_walk(args) -> dict:
         )
     for target, name, original in originals:
         setattr(target, name, original)
-
-    oracle = NumpyTerms(env.terms.plan, env.terms.state)
-    ms = time_side_by_side(
-        {"fused": env.terms, "numpy": oracle}, args.warmup, args.measure, args.repeats
-    )
-    total = float(np.median(totals))
     return {
         "full_step": {
-            "num_envs": n,
+            "num_envs": env.num_envs,
             "steps": steps,
-            "env_steps_per_s": n * steps / total,
+            "env_steps_per_s": env.num_envs * steps / float(np.median(totals)),
             "non_physics_share_pct": float(np.median(shares)) * 100.0,
             "goal_non_physics_pct": 5.0,
         },
         "stage_share_pct": {
             stage: float(np.median([r[stage] for r in stage_shares])) * 100.0
             for stage in stage_shares[0]
-        },
-        "update_state": {
-            "fused_ms": ms["fused"],
-            "numpy_ms": ms["numpy"],
-            "speedup": ms["numpy"] / ms["fused"],
         },
     }
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fuselab_env_core.rotations import np_quat_mul as quat_mul
 from fuselab_envs.motion import MotionClip, MotionFileError, load_motion, synth_clip
-from fuselab_envs.motion.clip import REQUIRED_FIELDS, quat_mul, quat_slerp
+from fuselab_envs.motion.clip import REQUIRED_FIELDS, quat_slerp
 from fuselab_envs.motion.convert import load_model
 from fuselab_sim_backends.model import model_facts
 

@@ -9,6 +9,7 @@ import mujoco
 import numpy as np
 import pytest
 
+from fuselab_env_core.rotations import np_quat_mul as quat_mul
 from fuselab_envs.g1 import DEFAULT_JOINT_POS, STANDING_PELVIS_HEIGHT
 from fuselab_envs.motion import (
     DEFAULT_MOTION_PATH,
@@ -19,7 +20,6 @@ from fuselab_envs.motion import (
     synth_clip,
     write_motion_csv,
 )
-from fuselab_envs.motion.clip import quat_mul
 from fuselab_envs.motion.convert import load_model
 from fuselab_sim_backends.model import model_facts
 

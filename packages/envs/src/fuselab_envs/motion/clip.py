@@ -54,32 +54,6 @@ class MotionFileError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-def quat_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    aw, ax, ay, az = np.moveaxis(a, -1, 0)
-    bw, bx, by, bz = np.moveaxis(b, -1, 0)
-    return np.stack(
-        (
-            aw * bw - ax * bx - ay * by - az * bz,
-            aw * bx + ax * bw + ay * bz - az * by,
-            aw * by - ax * bz + ay * bw + az * bx,
-            aw * bz + ax * by - ay * bx + az * bw,
-        ),
-        axis=-1,
-    )
-
-
-def quat_conjugate(q: np.ndarray) -> np.ndarray:
-    return q * np.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
-
-
-def quat_rotate(q: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Rotate vectors ``v`` (..., 3) by unit quaternions ``q`` (..., 4)."""
-    w = q[..., :1]
-    u = q[..., 1:]
-    t = 2.0 * np.cross(u, v)
-    return v + w * t + np.cross(u, t)
-
-
 def quat_to_rotvec(q: np.ndarray) -> np.ndarray:
     """Axis * angle (radians, in [0, pi]) of unit quaternions; ``q`` and ``-q`` give the same."""
     q = np.where(q[..., :1] < 0.0, -q, q)

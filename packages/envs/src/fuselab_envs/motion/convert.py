@@ -18,15 +18,15 @@ import mujoco
 import numpy as np
 from tqdm import tqdm
 
+from fuselab_env_core.rotations import np_quat_apply as quat_rotate
+from fuselab_env_core.rotations import np_quat_conjugate as quat_conjugate
+from fuselab_env_core.rotations import np_quat_mul as quat_mul
 from fuselab_envs.g1 import G1_XML_PATH
 from fuselab_envs.motion.clip import (
     MIN_FRAMES,
     MotionClip,
     MotionFileError,
     lerp_frames,
-    quat_conjugate,
-    quat_mul,
-    quat_rotate,
     quat_to_rotvec,
     resample_grid,
     slerp_frames,

@@ -31,7 +31,7 @@ from fuselab_env_core.env import FusedEnv
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
 from fuselab_envs.g1 import ACTION_SCALE, DEFAULT_JOINT_POS
 from fuselab_envs.motion import MotionClip
-from fuselab_envs.tasks.g1_walk_flat import SOFT_LIMIT_FRACTION, with_robot_arrays
+from fuselab_envs.tasks.g1_walk_flat import soft_joint_limits, with_robot_arrays
 
 log = logging.getLogger(__name__)
 
@@ -178,12 +178,7 @@ class G1MotionTracking(FusedEnv):
         )
 
     def robot_arrays(self) -> dict[str, np.ndarray]:
-        low, high = self.facts.joint_ranges[:, 0], self.facts.joint_ranges[:, 1]
-        middle, half = (low + high) / 2, (high - low) / 2 * SOFT_LIMIT_FRACTION
-        return {
-            "lower": (middle - half).astype(np.float32),
-            "upper": (middle + half).astype(np.float32),
-        }
+        return soft_joint_limits(self.facts.joint_ranges)
 
     # -- the reference --------------------------------------------------------------------------
 

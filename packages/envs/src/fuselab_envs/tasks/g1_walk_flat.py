@@ -103,11 +103,8 @@ class G1WalkFlat(FusedEnv):
 
     def robot_arrays(self) -> dict[str, np.ndarray]:
         """Array parameters the config leaves to the robot: soft joint limits, joint weights."""
-        low, high = self.facts.joint_ranges[:, 0], self.facts.joint_ranges[:, 1]
-        middle, half = (low + high) / 2, (high - low) / 2 * SOFT_LIMIT_FRACTION
         return {
-            "lower": (middle - half).astype(np.float32),
-            "upper": (middle + half).astype(np.float32),
+            **soft_joint_limits(self.facts.joint_ranges),
             "weights": np.ones(len(self.facts.joint_names), np.float32),
         }
 
@@ -154,6 +151,16 @@ class G1WalkFlat(FusedEnv):
         qpos, qvel = self.robot.qpos[env_ids], self.robot.qvel[env_ids]
         qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
         self.backend.reset_envs(env_ids, qpos, qvel)
+
+
+def soft_joint_limits(joint_ranges: np.ndarray) -> dict[str, np.ndarray]:
+    """``lower`` and ``upper``: the middle SOFT_LIMIT_FRACTION of each joint's range."""
+    low, high = joint_ranges[:, 0], joint_ranges[:, 1]
+    middle, half = (low + high) / 2, (high - low) / 2 * SOFT_LIMIT_FRACTION
+    return {
+        "lower": (middle - half).astype(np.float32),
+        "upper": (middle + half).astype(np.float32),
+    }
 
 
 def with_robot_arrays(terms: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict:
