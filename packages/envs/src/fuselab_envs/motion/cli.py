@@ -77,21 +77,26 @@ def _problems(model: mujoco.MjModel, clip: MotionClip) -> list[str]:
     return problems
 
 
+def _report(line: str = "") -> None:
+    """A line of the command's output (the report a user asked for; diagnostics go to the log)."""
+    sys.stdout.write(f"{line}\n")
+
+
 def _inspect(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     facts = model_facts(model)
     clip = load_motion(args.file, joint_names=facts.joint_names, body_names=facts.body_names)
     ranges = facts.joint_ranges
-    print(f"file       {args.file}")
-    print(f"frames     {clip.num_frames}")
-    print(f"fps        {clip.fps:g}")
-    print(f"duration   {clip.duration_s:.2f} s")
-    print(f"bodies     {len(clip.body_names)} (root {clip.body_names[0]})")
-    print(f"joints     {len(clip.joint_names)}")
+    _report(f"file       {args.file}")
+    _report(f"frames     {clip.num_frames}")
+    _report(f"fps        {clip.fps:g}")
+    _report(f"duration   {clip.duration_s:.2f} s")
+    _report(f"bodies     {len(clip.body_names)} (root {clip.body_names[0]})")
+    _report(f"joints     {len(clip.joint_names)}")
     root_height = clip.body_pos_w[:, 0, 2]
-    print(f"root z     {root_height.min():.3f} .. {root_height.max():.3f} m")
+    _report(f"root z     {root_height.min():.3f} .. {root_height.max():.3f} m")
     width = max(len(name) for name in clip.joint_names)
-    print(f"\n{'joint':<{width}}  {'min':>7}  {'max':>7}   model range (rad)")
+    _report(f"\n{'joint':<{width}}  {'min':>7}  {'max':>7}   model range (rad)")
     low, high = clip.joint_pos.min(axis=0), clip.joint_pos.max(axis=0)
     for j, name in enumerate(clip.joint_names):
         flag = (
@@ -100,14 +105,14 @@ def _inspect(args: argparse.Namespace) -> int:
             or high[j] > ranges[j, 1] + JOINT_RANGE_MARGIN_RAD
             else ""
         )
-        print(
+        _report(
             f"{name:<{width}}  {low[j]:7.3f}  {high[j]:7.3f}   "
             f"[{ranges[j, 0]:.3f}, {ranges[j, 1]:.3f}]{flag}"
         )
     problems = _problems(model, clip)
-    print(f"\nproblems   {len(problems) or 'none'}")
+    _report(f"\nproblems   {len(problems) or 'none'}")
     for problem in problems:
-        print(f"  - {problem}")
+        _report(f"  - {problem}")
     return 1 if problems and args.strict else 0
 
 
@@ -120,14 +125,14 @@ def _convert(args: argparse.Namespace) -> int:
         progress=None if args.progress else False,
     )
     clip.save(args.output)
-    print(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
+    _report(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
     return 0
 
 
 def _synth(args: argparse.Namespace) -> int:
     clip = synth_clip(args.duration_s, args.fps, model=load_model(args.model))
     clip.save(args.output)
-    print(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
+    _report(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
     return 0
 
 
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except (MotionFileError, FileNotFoundError, ValueError) as error:
-        print(f"fuselab-motion {args.command}: error: {error}", file=sys.stderr)
+        sys.stderr.write(f"fuselab-motion {args.command}: error: {error}\n")
         return 1
 
 
