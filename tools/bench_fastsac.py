@@ -208,13 +208,10 @@ def main() -> int:
     cli = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args = argparse.Namespace(fastsac_envs=cli.envs, fastsac_seconds=cli.seconds)
+    from bench import print_table  # the suites' one table format (bench imports this module)
+
     results = bench_fastsac(args)
-    rows = fastsac_rows(results)
-    width = max(len(r[0]) for r in rows)
-    middle = max(len(r[1]) for r in rows)
-    print("\n== fastsac ==")
-    for label, value, verdict in rows:
-        print(f"{label:<{width}}  {value:<{middle}}  {verdict}")
+    print_table("fastsac", fastsac_rows(results))
     if cli.json:
         cli.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
