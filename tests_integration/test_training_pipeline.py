@@ -12,7 +12,7 @@ import imageio.v2 as imageio
 import pytest
 import torch
 
-from fuselab_rl.runner import compose_config, create_training_handle
+from fuselab_rl.runner import _input_dim, compose_config, create_training_handle
 
 # Small but real: every stage runs, nothing is stubbed; FastSAC updates from its first steps.
 SMALL = {
@@ -59,10 +59,3 @@ def test_train_save_resume_and_play(tmp_path, algo, task, backend):
         frames = imageio.mimread(video)
         assert len(frames) >= 5 and frames[0].shape == (128, 160, 3)
         assert frames[0].std() > 1.0  # a picture, not a blank frame
-
-
-def _input_dim(policy: torch.nn.Module) -> int:
-    obs_dim = getattr(policy, "obs_dim", None)
-    if isinstance(obs_dim, int):
-        return obs_dim
-    return next(m for m in policy.modules() if isinstance(m, torch.nn.Linear)).in_features
