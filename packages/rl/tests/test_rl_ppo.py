@@ -109,15 +109,18 @@ def test_one_iteration_updates_every_parameter_and_reports_the_shared_metric_key
 ):
     trainer, env = make_trainer(monkeypatch, tmp_path)
     before = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
-    # the normalizers start from one rollout of the untrained policy (8 steps x 8 envs)
-    assert float(before["actor_normalizer.count"]) == 8 * 8 and env.step_calls == 8
+    assert float(before["actor_normalizer.count"]) == 0 and env.step_calls == 0  # built, no rollout
     metrics = trainer.iterate()
     after = trainer.policy.state_dict()
     for name in ("actor.0.weight", "critic.0.weight", "log_std"):
         assert not torch.equal(before[name], after[name]), name
-    # ... and learn each rollout's statistics after its update
+    # the first iteration seeds the normalizers with one rollout of the untrained policy (8 steps
+    # x 8 envs), then collects and updates, and learns that rollout's statistics after its update
     assert float(after["actor_normalizer.count"]) == 2 * 8 * 8
+    assert float(after["critic_normalizer.count"]) == 2 * 8 * 8
     assert env.step_calls == 2 * 8
+    trainer.iterate()  # seeded once only
+    assert env.step_calls == 3 * 8
     for key in (
         "Episode/return",
         "Episode/length",
@@ -145,6 +148,31 @@ def test_one_iteration_updates_every_parameter_and_reports_the_shared_metric_key
     assert next(policy.parameters()).device.type == "cpu"
     obs = torch.randn(5, FakeEnv.actor_dim)
     torch.testing.assert_close(policy(obs), trainer.policy.action_mean(obs))
+
+
+def test_the_first_update_sees_seeded_normalizers(monkeypatch, tmp_path):
+    trainer, _ = make_trainer(monkeypatch, tmp_path)
+    counts = []
+    real_update = trainer.ppo.update
+
+    def update(storage, generator):
+        counts.append(float(trainer.policy.actor_normalizer.count))
+        return real_update(storage, generator)
+
+    monkeypatch.setattr(trainer.ppo, "update", update)
+    trainer.iterate()
+    assert counts == [8 * 8]
+
+
+def test_without_normalizers_nothing_is_seeded(monkeypatch, tmp_path):
+    trainer, env = make_trainer(
+        monkeypatch,
+        tmp_path,
+        ["algo.policy.actor_obs_normalization=false", "algo.policy.critic_obs_normalization=false"],
+    )
+    assert not trainer.policy.has_empty_normalizer()
+    trainer.iterate()
+    assert env.step_calls == 8
 
 
 def test_time_outs_bootstrap_from_the_terminal_observation(monkeypatch, tmp_path):

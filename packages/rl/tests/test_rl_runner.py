@@ -69,7 +69,7 @@ def test_every_metric_goes_to_tensorboard_jsonl_and_the_console(monkeypatch, tmp
 
 
 def test_resume_continues_exactly_where_the_run_stopped(monkeypatch, tmp_path):
-    use_fake_env(monkeypatch)
+    built = use_fake_env(monkeypatch)
     first = tmp_path / "first"
     with create_training_handle(config(first, "save_interval=2")) as handle:
         handle.train(3)  # saves model_2.pt, then model_3.pt at the end
@@ -82,6 +82,8 @@ def test_resume_continues_exactly_where_the_run_stopped(monkeypatch, tmp_path):
         config(tmp_path / "second", f"resume={first / 'model_2.pt'}")
     ) as resumed:
         assert resumed.iteration == 2 and resumed.env_steps == saved["env_steps"]
+        env = built[-1]
+        assert env.step_calls == 0  # building and restoring the trainer stepped no env
         restored = ppo_of(resumed).policy.state_dict()
         for name, value in saved["trainer"]["policy"].items():
             assert torch.equal(restored[name], value), name
@@ -92,6 +94,7 @@ def test_resume_continues_exactly_where_the_run_stopped(monkeypatch, tmp_path):
         )
         resumed.train(1)
         assert resumed.iteration == 3
+        assert env.step_calls == 8  # one rollout: the normalizers came from the checkpoint
         continued = ppo_of(resumed).policy.state_dict()
         for name, value in uninterrupted.items():
             assert torch.equal(continued[name], value), name

@@ -147,6 +147,13 @@ class ActorCritic(nn.Module):
             if isinstance(normalizer, EmpiricalNormalization):
                 normalizer.update(obs)
 
+    def has_empty_normalizer(self) -> bool:
+        """True while an observation normalizer has seen no sample (a policy not yet trained)."""
+        return any(
+            isinstance(normalizer, EmpiricalNormalization) and normalizer.count == 0
+            for normalizer in (self.actor_normalizer, self.critic_normalizer)
+        )
+
     def policy(self) -> Policy:
         """A CPU copy of the deterministic policy (normalizer + actor), in eval mode."""
         exported = Policy(copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor))

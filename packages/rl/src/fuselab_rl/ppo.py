@@ -6,7 +6,10 @@ One iteration, top to bottom (:meth:`PPOTrainer.iterate`)::
 
     T steps x N envs: normalize obs -> sample actions -> env.step -> store (bootstrapping the
     value of time-outs from their terminal observation) -> GAE -> epochs x mini-batches of
-    PPO.update
+    PPO.update -> merge the rollout into the normalizers
+
+The first iteration of a new run starts with one more rollout, which only seeds the
+normalizers (a resumed run has their statistics from its checkpoint).
 """
 
 from __future__ import annotations
@@ -251,14 +254,6 @@ class PPOTrainer:
         self.actor_obs = torch.zeros(self.num_envs, actor_dim, device=device)
         self.critic_obs = torch.zeros(self.num_envs, critic_dim, device=device)
         self._set_obs(obs)
-        # Normalizers start from one rollout of the untrained policy, not learned from: with
-        # identity statistics the first update sees raw joint velocities, moves the policy far
-        # (KL ~0.1 on the G1) and the adaptive schedule drops the learning rate to its floor.
-        self._collect()
-        self.policy.update_normalizers(
-            self.storage.actor_obs.flatten(0, 1), self.storage.critic_obs.flatten(0, 1)
-        )
-        self.stats = EpisodeStats(self.num_envs)
         parameters = sum(p.numel() for p in self.policy.parameters())
         log.info(
             "PPO ready: %d parameters on %s, %d steps x %d envs per iteration (%.1f ms)",
@@ -272,6 +267,8 @@ class PPOTrainer:
     # -- the Trainer contract --------------------------------------------------------------------
 
     def iterate(self) -> dict[str, float]:
+        if self.policy.has_empty_normalizer():  # a new run; a resumed one loaded its statistics
+            self._seed_normalizers()
         collect = self._collect()
         started = time.perf_counter()
         self.policy.train()
@@ -333,6 +330,24 @@ class PPOTrainer:
             backend_close()
 
     # -- collection ------------------------------------------------------------------------------
+
+    def _seed_normalizers(self) -> None:
+        """Start the normalizers from one rollout of the untrained policy, not learned from:
+        with identity statistics the first update sees raw joint velocities, moves the policy
+        far (KL ~0.1 on the G1) and the adaptive schedule drops the learning rate to its floor.
+        The rollout's episodes are not reported (the runner counts only iterations' steps)."""
+        started = time.perf_counter()
+        self._collect()
+        self.policy.update_normalizers(
+            self.storage.actor_obs.flatten(0, 1), self.storage.critic_obs.flatten(0, 1)
+        )
+        self.stats = EpisodeStats(self.num_envs)
+        log.info(
+            "PPO normalizers seeded: one rollout of %d steps x %d envs (%.1f ms)",
+            self.algo.num_steps_per_env,
+            self.num_envs,
+            (time.perf_counter() - started) * 1e3,
+        )
 
     @torch.no_grad()
     def _collect(self) -> dict[str, float]:
