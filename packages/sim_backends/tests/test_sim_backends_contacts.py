@@ -242,15 +242,3 @@ def test_entity_copies_the_forces_of_its_contact_bodies(model):
     with pytest.raises(KeyError, match="left_fot.*did you mean 'left_foot'"):
         Entity(sim, ["torso"], contact_body_names=["left_fot"])
     close(sim)
-
-
-def test_mujoco_rejects_sensors_with_a_history():
-    # The physics model (contact sensors only) and the kinematics model (the model's sensors)
-    # must share one state layout; a sensor history is part of the state.
-    xml = WALKER_XML.replace(
-        "</actuator>",
-        '</actuator><sensor><framepos objtype="body" objname="torso" nsample="4" delay="0.01"/>'
-        "</sensor>",
-    )
-    with pytest.raises(ValueError, match="history"):
-        MujocoBackend(xml, 1, num_threads=1)

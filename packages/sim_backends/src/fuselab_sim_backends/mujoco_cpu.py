@@ -1,18 +1,15 @@
 """MuJoCo on the CPU: all envs stepped by ``mujoco.rollout``'s thread pool, in C, GIL released.
 
-Body states come from frame sensors (position, quaternion, linear and angular velocity of every
-body frame) that the backend adds to the model. MuJoCo evaluates sensors at the start of a step,
-so after the physics rollout a second, kinematics-only rollout of one step (timestep 0; contacts,
-constraints, actuation and gravity disabled) evaluates them for the final state. The physics
-model carries none of those sensors, so neither pass does work the other repeats.
+Body states are computed from each env's final qpos/qvel after every step (and reset) by the
+Numba pass of :mod:`fuselab_sim_backends.kinematics`: rollout returns states and sensors only,
+and sensors are evaluated at the start of a step, one substep late.
 
-Contact forces need the physics pass (contacts and constraint forces), so the physics model is
-compiled from the same spec with every sensor replaced by one MuJoCo ``contact`` sensor per
-body that can touch anything (a geom whose contype/conaffinity can match another body's, or an
-explicit ``<pair>``), matching the contacts of that body on its "second" side and reduced with
-``netforce``: the net force the rest of the world exerts on the body, in the world frame. Only
-these sensors are evaluated there (the model's own sensors, e.g. IMUs, stay in the kinematics
-pass). Because MuJoCo evaluates them during ``mj_step`` from the state the step starts from, the
+Contact forces come from the physics step itself: the model is compiled with its own sensors
+(which the contract never reads) replaced by one MuJoCo ``contact`` sensor per body that can
+touch anything (a geom whose contype/conaffinity can match another body's, or an explicit
+``<pair>``), matching the contacts of that body on its "second" side and reduced with
+``netforce``: the net force the rest of the world exerts on the body, in the world frame.
+Because MuJoCo evaluates them during ``mj_step`` from the state the step starts from, the
 sensordata that rollout records after the last substep holds the contact forces the solver
 applied during that substep: the forces that produced the current velocities. The world body
 gets no sensor: every contact pushes its two bodies equally and oppositely, so the world's net
@@ -46,35 +43,15 @@ from fuselab_sim_backends.host_copy import (
     check_contact_buffers,
     copy_body_states,
 )
+from fuselab_sim_backends.kinematics import STATE_WIDTH, KinematicTree, forward_kinematics
 from fuselab_sim_backends.model import load_spec, model_facts
 
 log = logging.getLogger(__name__)
 
-BODY_SENSORS = (
-    mujoco.mjtSensor.mjSENS_FRAMEPOS,
-    mujoco.mjtSensor.mjSENS_FRAMEQUAT,
-    mujoco.mjtSensor.mjSENS_FRAMELINVEL,
-    mujoco.mjtSensor.mjSENS_FRAMEANGVEL,
-)
-SENSOR_WIDTH = 13  # 3 + 4 + 3 + 3 per body
 NO_CONTACT = -1  # contact sensor slot of a body that cannot touch anything
 WORLD_CONTACT = -2  # contact sensor slot of the world body: minus the sum of every slot
 STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
 _D: Any = mujoco.mjtDisableBit  # declared: pyright would read _D.a | _D.b as a type union
-# Everything a zero-length step would compute beyond positions, velocities and sensors.
-KINEMATICS_ONLY = (
-    _D.mjDSBL_CONTACT
-    | _D.mjDSBL_CONSTRAINT
-    | _D.mjDSBL_EQUALITY
-    | _D.mjDSBL_LIMIT
-    | _D.mjDSBL_FRICTIONLOSS
-    | _D.mjDSBL_ACTUATION
-    | _D.mjDSBL_GRAVITY
-    | _D.mjDSBL_SPRING
-    | _D.mjDSBL_DAMPER
-    | _D.mjDSBL_EULERDAMP
-    | _D.mjDSBL_WARMSTART
-)
 
 
 class MujocoBackend(SimBackend):
@@ -89,25 +66,15 @@ class MujocoBackend(SimBackend):
             raise ValueError(f"num_threads: expected a positive int, got {num_threads!r}")
         started = time.perf_counter()
         spec = load_spec(mjcf)
-        first_sensor = len(spec.sensors)
-        for body in spec.bodies:
-            for sensor_type in BODY_SENSORS:
-                spec.add_sensor(
-                    type=sensor_type, objtype=mujoco.mjtObj.mjOBJ_XBODY, objname=body.name
-                )
-        self._kinematics = spec.compile()
-        self._kinematics.opt.timestep = 0.0
-        self._kinematics.opt.integrator = mujoco.mjtIntegrator.mjINT_EULER  # the cheapest
-        self._kinematics.opt.disableflags |= int(KINEMATICS_ONLY | _D.mjDSBL_AUTORESET)
-        # The physics model: the same spec, its sensors replaced by the contact sensors.
-        contact_bodies = _touching_bodies(self._kinematics)
+        as_written = spec.compile()
+        contact_bodies = _touching_bodies(as_written)
         for sensor in list(spec.sensors):
             spec.delete(sensor)
         for body in contact_bodies:
             spec.add_sensor(
                 type=mujoco.mjtSensor.mjSENS_CONTACT,
                 reftype=mujoco.mjtObj.mjOBJ_BODY,
-                refname=mujoco.mj_id2name(self._kinematics, mujoco.mjtObj.mjOBJ_BODY, body),
+                refname=mujoco.mj_id2name(as_written, mujoco.mjtObj.mjOBJ_BODY, body),
                 intprm=_net_contact_force_intprm(),
             )
         self._physics = spec.compile()
@@ -116,15 +83,8 @@ class MujocoBackend(SimBackend):
             self._physics.opt.disableflags &= ~int(_D.mjDSBL_SENSOR)
         else:
             self._physics.opt.disableflags |= int(_D.mjDSBL_SENSOR)
-        if mujoco.mj_stateSize(self._physics, STATE) != mujoco.mj_stateSize(
-            self._kinematics, STATE
-        ):
-            raise ValueError(
-                "mjcf: a sensor with a history (delay or nsample) is not supported: the MuJoCo "
-                "backend evaluates the model's sensors in a separate, kinematics-only pass"
-            )
         log.info(
-            "compile models with body and contact sensors (%d contact bodies): %.1f ms",
+            "compile the model with contact sensors (%d contact bodies): %.1f ms",
             contact_bodies.size,
             (time.perf_counter() - started) * 1e3,
         )
@@ -135,21 +95,17 @@ class MujocoBackend(SimBackend):
         m = self._physics
         self._nstate = mujoco.mj_stateSize(m, STATE)
         self._pool = rollout.Rollout(nthread=num_threads)
-        # One MjData per thread and model: the two models differ in their sensordata size.
         self._datas = [mujoco.MjData(m) for _ in range(num_threads)]
-        self._kinematics_datas = [mujoco.MjData(self._kinematics) for _ in range(num_threads)]
         self._physics_models = [self._physics] * n
-        self._kinematics_models = [self._kinematics] * n
 
         self._state = np.empty((n, self._nstate))
+        self._qpos = self._state[:, 1 : 1 + m.nq]  # the state is (time, qpos, qvel, ...)
+        self._qvel = self._state[:, 1 + m.nq : 1 + m.nq + m.nv]
         self._ctrl = np.zeros((n, m.nu))
         self._substep_buffers: dict[int, tuple[np.ndarray, ...]] = {}
-        self._kinematics_state = np.empty((n, 1, self._nstate))
-        self._kinematics_ctrl = np.zeros((n, 1, m.nu))
-        self._sensordata = np.zeros((n, 1, self._kinematics.nsensordata))
-        start = self._kinematics.sensor_adr[first_sensor]
-        bodies = self._sensordata[:, 0, start : start + SENSOR_WIDTH * m.nbody]
-        bodies = bodies.reshape(n, m.nbody, SENSOR_WIDTH)
+        self._tree = KinematicTree.of(m)
+        self._body_states = np.zeros((n, m.nbody, STATE_WIDTH))
+        bodies = self._body_states
         self._body_pos, self._body_quat = bodies[:, :, 0:3], bodies[:, :, 3:7]
         self._body_lin_vel, self._body_ang_vel = bodies[:, :, 7:10], bodies[:, :, 10:13]
         self._body_rows = np.arange(m.nbody, dtype=np.int32)
@@ -160,9 +116,9 @@ class MujocoBackend(SimBackend):
         self._contact_slots[0] = WORLD_CONTACT
         self._contact_force = np.zeros((n, contact_bodies.size, 3))
 
-        everyone = np.arange(n)
+        self._all_envs = np.arange(n)
         qpos0 = np.tile(m.qpos0, (n, 1)).astype(np.float32)
-        self.reset_envs(everyone, qpos0, np.zeros((n, m.nv), np.float32))
+        self.reset_envs(self._all_envs, qpos0, np.zeros((n, m.nv), np.float32))
         log.info(
             "MuJoCo backend ready: %d envs, %d threads, nq %d, nv %d, nu %d, dt %g s (%.1f ms)",
             n,
@@ -186,7 +142,7 @@ class MujocoBackend(SimBackend):
         self._rollout(self._physics_models, self._datas, substeps, ctrl, state_out, sensor_out)
         self._state[:] = state_out[:, -1]
         self._contact_force = contact_force
-        self._evaluate_kinematics()
+        forward_kinematics(self._tree, self._qpos, self._qvel, self._all_envs, self._body_states)
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         env_ids = np.asarray(env_ids)
@@ -197,15 +153,14 @@ class MujocoBackend(SimBackend):
             raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
         check_buffer("qpos", qpos, (count, self.model.nq))
         check_buffer("qvel", qvel, (count, self.model.nv))
-        m, d = self._kinematics, self._kinematics_datas[0]  # the same state layout as physics
+        m, d = self._physics, self._datas[0]
         for k, env in enumerate(env_ids):
             mujoco.mj_resetData(m, d)
             d.qpos[:] = qpos[k]
             d.qvel[:] = qvel[k]
-            mujoco.mj_forward(m, d)
             mujoco.mj_getState(m, d, self._state[env], STATE)
-            self._sensordata[env, 0] = d.sensordata
             self._contact_force[env] = 0.0  # no step since: no contact force yet
+        forward_kinematics(self._tree, self._qpos, self._qvel, env_ids, self._body_states)
 
     def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
         nq, nv = self.model.nq, self.model.nv
@@ -230,7 +185,7 @@ class MujocoBackend(SimBackend):
             self._body_quat,
             self._body_ang_vel,
             self._body_lin_vel,
-            self._body_pos,  # frame sensors give the velocity of the body origin itself
+            self._body_pos,  # the kinematics pass gives the velocity of the body origin itself
             self._body_rows,
             out_pos,
             out_quat,
@@ -261,16 +216,6 @@ class MujocoBackend(SimBackend):
                 sensor_out.reshape(n, substeps, -1, 3)[:, -1],  # a view: the last substep
             )
         return self._substep_buffers[substeps]
-
-    def _evaluate_kinematics(self) -> None:
-        self._rollout(
-            self._kinematics_models,
-            self._kinematics_datas,
-            1,
-            self._kinematics_ctrl,
-            self._kinematics_state,
-            self._sensordata,
-        )
 
     def _rollout(self, models, datas, nstep, ctrl, state_out, sensor_out) -> None:
         self._pool.rollout(
