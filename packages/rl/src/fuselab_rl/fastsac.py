@@ -151,6 +151,21 @@ class FastSACConfig:
             raise ValueError(f"algo.alpha_init: expected > 0, got {self.alpha_init!r}")
 
 
+def policy_builder(
+    cfg: FastSACConfig, obs_dim: int, action_dim: int
+) -> functools.partial[ActorPolicy]:
+    """Builds the acting policy; picklable, so the collector process builds its own copy."""
+    return functools.partial(
+        ActorPolicy,
+        obs_dim,
+        action_dim,
+        cfg.actor_hidden_dims,
+        normalize=cfg.obs_normalization,
+        log_std_min=cfg.log_std_min,
+        log_std_max=cfg.log_std_max,
+    )
+
+
 class FastSAC:
     """Networks, optimizers, replay and the update; knows nothing about processes."""
 
@@ -159,15 +174,7 @@ class FastSAC:
         self.cfg, self.spec, self.device = cfg, spec, device
         actor_dim, critic_dim = spec.obs_dims["actor"], spec.obs_dims["critic"]
         action_dim = spec.action_dim
-        self.policy_builder = functools.partial(
-            ActorPolicy,
-            actor_dim,
-            action_dim,
-            cfg.actor_hidden_dims,
-            normalize=cfg.obs_normalization,
-            log_std_min=cfg.log_std_min,
-            log_std_max=cfg.log_std_max,
-        )
+        self.policy_builder = policy_builder(cfg, actor_dim, action_dim)
         self.policy = self.policy_builder().to(device)
         self.critic_normalizer: nn.Module = (
             EmpiricalNormalization(critic_dim) if cfg.obs_normalization else nn.Identity()
@@ -566,10 +573,7 @@ class FastSACTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("algorithm") != "fastsac":
-            raise ValueError(
-                f"checkpoint: expected a FastSAC state, got algorithm {state.get('algorithm')!r}"
-            )
+        _check_state(state)
         self.learner.load_state_dict(state["learner"])
         self.stats.load_state_dict(state["episode_stats"])
         self.env_steps = int(state["env_steps"])
@@ -585,6 +589,16 @@ class FastSACTrainer:
         """Deterministic CPU policy: actor obs (B, D) -> tanh of the mean (B, A)."""
         policy = copy.deepcopy(self.learner.policy).to("cpu").eval()
         return policy.requires_grad_(False)
+
+    @staticmethod
+    def inference_policy(algo: DictConfig, state: dict[str, Any]) -> nn.Module:
+        """What :meth:`export_policy` returns, from a checkpoint's ``algo`` config and
+        ``trainer`` state: the policy sized from its saved weights."""
+        _check_state(state)
+        weights = state["learner"]["policy"]
+        policy = policy_builder(FastSACConfig.from_cfg(algo), *ActorPolicy.saved_dims(weights))()
+        policy.load_state_dict(weights)
+        return policy.eval().requires_grad_(False)
 
     def close(self) -> None:
         if self._collector is not None:
@@ -726,6 +740,13 @@ class FastSACTrainer:
             )
             slots = fitted
         return slots
+
+
+def _check_state(state: dict[str, Any]) -> None:
+    if state.get("algorithm") != "fastsac":
+        raise ValueError(
+            f"checkpoint: expected a FastSAC state, got algorithm {state.get('algorithm')!r}"
+        )
 
 
 def split_threads(

@@ -9,7 +9,7 @@ acting policy (:class:`ActorPolicy`) without importing the learner.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -97,6 +97,12 @@ class ActorPolicy(nn.Module):
         self.actor = SquashedGaussianActor(
             obs_dim, action_dim, hidden_dims, log_std_min=log_std_min, log_std_max=log_std_max
         )
+
+    @staticmethod
+    def saved_dims(state: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+        """(obs, actions) widths of a saved ``state_dict``."""
+        obs_dim = state["actor.trunk.0.weight"].shape[1]
+        return int(obs_dim), int(state["actor.mean.weight"].shape[0])
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         mean, _ = self.actor(self.normalizer(obs))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -128,6 +128,12 @@ class ActorCritic(nn.Module):
             EmpiricalNormalization(critic_obs_dim) if critic_obs_normalization else nn.Identity()
         )
         self.log_std = nn.Parameter(torch.full((action_dim,), math.log(init_noise_std)))
+
+    @staticmethod
+    def saved_dims(state: Mapping[str, torch.Tensor]) -> tuple[int, int, int]:
+        """(actor obs, critic obs, actions) widths of a saved ``state_dict``."""
+        actor_in, critic_in = state["actor.0.weight"].shape[1], state["critic.0.weight"].shape[1]
+        return int(actor_in), int(critic_in), int(state["log_std"].shape[0])
 
     def action_mean(self, actor_obs: torch.Tensor) -> torch.Tensor:
         return self.actor(self.actor_normalizer(actor_obs))

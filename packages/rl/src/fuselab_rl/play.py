@@ -1,11 +1,13 @@
 """Roll a trained policy out with one env on MuJoCo and film it.
 
-The trainer is rebuilt from the checkpoint's own config with one env (any algorithm of the
-runner's contract works) and asked for its exported policy; a separate one-env MuJoCo env runs
-it. Frames come from MuJoCo's offscreen renderer on an ``MjData`` whose ``qpos`` is copied from
-the backend each step (no change to the backend), with a camera tracking the robot; imageio's
-ffmpeg plugin writes the MP4. Without a display, set ``MUJOCO_GL=egl`` (GPU or Mesa EGL) or
-``MUJOCO_GL=osmesa`` (software) before mujoco is imported; ``fuselab-play`` picks egl itself.
+The checkpoint's algorithm rebuilds its policy (actor + observation normalizer) from the
+checkpoint alone (:meth:`fuselab_rl.runner.Algorithm.inference_policy`: no trainer, so no
+training env and no collector process); a one-env MuJoCo env built from the checkpoint's own
+config runs it. Frames come from MuJoCo's offscreen renderer on an ``MjData`` whose ``qpos`` is
+copied from the backend each step (no change to the backend), with a camera tracking the robot;
+imageio's ffmpeg plugin writes the MP4. Without a display, set ``MUJOCO_GL=egl`` (GPU or Mesa
+EGL) or ``MUJOCO_GL=osmesa`` (software) before mujoco is imported; ``fuselab-play`` picks egl
+itself.
 """
 
 # (mujoco's bindings re-export compiled names that pyright cannot see: MjData, Renderer, ...)
@@ -23,8 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_rl.checkpoint import load_checkpoint
-from fuselab_rl.runner import trainer_factory
-from fuselab_rl.threads import ThreadBudget
+from fuselab_rl.runner import algorithm
 
 log = logging.getLogger(__name__)
 
@@ -46,24 +47,26 @@ def rollout_config(checkpoint: dict[str, Any], seed: int = 0) -> DictConfig:
     cfg.backend = "mujoco"
     cfg.threads = cfg.num_threads = 1
     cfg.seed = seed
-    cfg.resume = None
     return cfg
 
 
-def load_policy(checkpoint: dict[str, Any], cfg: DictConfig) -> torch.nn.Module:
-    """Rebuild the trainer with ``cfg`` (one env), restore it, and export its policy."""
+def load_policy(checkpoint: dict[str, Any], field: str = "checkpoint") -> torch.nn.Module:
+    """The checkpoint's deterministic CPU policy, built by its algorithm from the checkpoint's
+    ``algo`` config and trainer state."""
     started = time.perf_counter()
-    factory = trainer_factory(cfg.algo.name)
-    run_dir = Path(checkpoint["path"]).parent
-    trainer = factory(cfg, torch.device("cpu"), ThreadBudget.resolve(1), run_dir)
+    name, path = checkpoint["algo"], checkpoint["path"]
+    algo = OmegaConf.create(checkpoint["config"]["algo"])
+    assert isinstance(algo, DictConfig)
     try:
-        trainer.load_state_dict(checkpoint["trainer"])
-        policy = trainer.export_policy()
-    finally:
-        trainer.close()
+        policy = algorithm(name).inference_policy(algo, checkpoint["trainer"])
+    except (KeyError, RuntimeError) as error:  # weights missing, or shaped unlike its config
+        raise ValueError(
+            f"{field}: '{path}' holds no {name} policy that its config builds ({error})"
+        ) from None
     log.info(
-        "policy of %s (iteration %d): %.1f ms",
-        checkpoint["path"],
+        "policy of %s (%s, iteration %d): %.1f ms",
+        path,
+        name,
         checkpoint["iteration"],
         (time.perf_counter() - started) * 1e3,
     )
@@ -87,7 +90,7 @@ def play(
 
     checkpoint = load_checkpoint(source, field=field_name)
     cfg = rollout_config(checkpoint, seed)
-    policy = load_policy(checkpoint, cfg)
+    policy = load_policy(checkpoint, field_name)
     env = make_env(cfg)
     if steps is None:
         steps = int(np.max(getattr(env, "max_episode_steps", [500])))

@@ -86,6 +86,13 @@ class PPOCfg:
         return cls(**{k: v for k, v in values.items() if k in known})  # type: ignore[arg-type]
 
 
+def network_kwargs(algo: DictConfig) -> dict[str, Any]:
+    """``algo.policy``: the keyword arguments of :class:`ActorCritic`."""
+    values = OmegaConf.to_container(algo.policy, resolve=True)
+    assert isinstance(values, dict)
+    return {str(key): value for key, value in values.items()}
+
+
 def compute_gae(
     rewards: torch.Tensor,
     values: torch.Tensor,
@@ -238,9 +245,9 @@ class PPOTrainer:
         started = time.perf_counter()
         torch.manual_seed(cfg.seed)  # the networks' initial weights
         self.generator = torch.Generator().manual_seed(cfg.seed)  # action noise, batch order
-        policy_cfg = OmegaConf.to_container(cfg.algo.policy, resolve=True)
-        assert isinstance(policy_cfg, dict)
-        self.policy = ActorCritic(actor_dim, critic_dim, self.action_dim, **policy_cfg).to(device)  # type: ignore[arg-type]
+        self.policy = ActorCritic(
+            actor_dim, critic_dim, self.action_dim, **network_kwargs(cfg.algo)
+        ).to(device)
         self.ppo = PPO(self.policy, self.algo)
         self.storage = RolloutStorage(
             self.algo.num_steps_per_env,
@@ -323,6 +330,15 @@ class PPOTrainer:
 
     def export_policy(self) -> nn.Module:
         return self.policy.policy()
+
+    @staticmethod
+    def inference_policy(algo: DictConfig, state: dict[str, Any]) -> nn.Module:
+        """What :meth:`export_policy` returns, from a checkpoint's ``algo`` config and
+        ``trainer`` state: the network sized from its saved weights."""
+        weights = state["policy"]
+        network = ActorCritic(*ActorCritic.saved_dims(weights), **network_kwargs(algo))
+        network.load_state_dict(weights)
+        return network.policy()
 
     def close(self) -> None:
         backend_close = getattr(self.env.backend, "close", None)

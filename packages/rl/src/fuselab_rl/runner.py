@@ -17,7 +17,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -51,8 +51,20 @@ class Trainer(Protocol):
     def close(self) -> None: ...
 
 
-# (full composed cfg, learner device, threads, run_dir)
-TrainerFactory = Callable[[DictConfig, torch.device, ThreadBudget, Path], Trainer]
+class Algorithm(Protocol):
+    """What ALGORITHMS names: a Trainer class. Called, it builds the trainer from the full
+    composed cfg, the learner's device, the thread budget and the run directory;
+    ``inference_policy`` rebuilds what the trainer's ``export_policy`` returns from a checkpoint
+    alone (its ``algo`` config and ``trainer`` state), with no trainer, env or collector process
+    (``fuselab-play``)."""
+
+    def __call__(
+        self, cfg: DictConfig, device: torch.device, threads: ThreadBudget, run_dir: Path
+    ) -> Trainer: ...
+
+    def inference_policy(self, algo: DictConfig, state: dict[str, Any]) -> torch.nn.Module: ...
+
+
 ALGORITHMS: dict[str, str] = {
     "ppo": "fuselab_rl.ppo:PPOTrainer",
     "fastsac": "fuselab_rl.fastsac:FastSACTrainer",
@@ -74,7 +86,7 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
         return compose(config_name, overrides=list(overrides))
 
 
-def trainer_factory(name: str) -> TrainerFactory:
+def algorithm(name: str) -> Algorithm:
     if name not in ALGORITHMS:
         raise ValueError(f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {name!r}")
     module, attribute = ALGORITHMS[name].split(":")
@@ -268,7 +280,7 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
     cfg = copy.deepcopy(cfg)
     started = time.perf_counter()
     validate_config(cfg)
-    factory = trainer_factory(cfg.algo.name)
+    factory = algorithm(cfg.algo.name)
     log.info(
         "config: task %s, algo %s, %d envs on %s (%.1f ms)",
         cfg.task_name,
