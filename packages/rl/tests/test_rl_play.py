@@ -60,6 +60,15 @@ def test_play_of_a_ppo_run_steps_one_env_and_builds_no_trainer(monkeypatch, ppo_
     assert next(policy.parameters()).device.type == "cpu" and not policy.training
 
 
+def test_bad_steps_are_named_before_anything_is_built(monkeypatch, ppo_run):
+    run_dir, _ = ppo_run
+    built = use_fake_env(monkeypatch)
+    for steps in (0, 2.5, True):
+        with pytest.raises(ValueError, match=r"steps: expected a positive int or null"):
+            play(run_dir, steps=steps, video=False)  # type: ignore[arg-type]
+    assert built == []
+
+
 def test_a_checkpoint_whose_weights_do_not_fit_its_config_is_named(ppo_run, tmp_path):
     run_dir, _ = ppo_run
     checkpoint = load_checkpoint(run_dir)

@@ -18,7 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.runner import algorithm
+
+if TYPE_CHECKING:
+    from fuselab_env_core.env import StepResult
 
 log = logging.getLogger(__name__)
 
@@ -88,19 +91,30 @@ def play(
     steps (default: one episode), rendering an MP4 when ``video``."""
     from fuselab_envs.registry import make_env
 
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps: expected a positive int or null (one episode), got {steps!r}")
     checkpoint = load_checkpoint(source, field=field_name)
     cfg = rollout_config(checkpoint, seed)
     policy = load_policy(checkpoint, field_name)
     env = make_env(cfg)
-    if steps is None:
-        steps = int(np.max(getattr(env, "max_episode_steps", [500])))
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps: expected a positive int or null (one episode), got {steps!r}")
+    try:
+        if steps is None:
+            steps = int(np.max(getattr(env, "max_episode_steps", [500])))
+        recorder = None
+        if video:
+            path = Path(video_path) if video_path else _default_video_path(checkpoint)
+            recorder = VideoRecorder(cfg, env, path, width, height)
+        return _roll_out(policy, env, steps, recorder)
+    finally:
+        backend_close = getattr(env.backend, "close", None)
+        if backend_close is not None:
+            backend_close()
 
-    recorder = None
-    if video:
-        path = Path(video_path) if video_path else _default_video_path(checkpoint)
-        recorder = VideoRecorder(cfg, env, path, width, height)
+
+def _roll_out(
+    policy: torch.nn.Module, env: Any, steps: int, recorder: VideoRecorder | None = None
+) -> PlayResult:
+    """``steps`` env steps of ``policy`` (env 0 reported), filmed by ``recorder`` if given."""
     result = PlayResult(steps=steps, video=recorder.path if recorder else None)
     started = time.perf_counter()
     obs = env.reset_all()
@@ -117,22 +131,11 @@ def play(
             if recorder:
                 recorder.capture()
             if step.terminated[0] or step.truncated[0]:
-                result.episode_returns.append(episode_return)
-                result.episode_lengths.append(int(step.info.get("episode_length", 0)))
-                log.info(
-                    "episode %d: return %.3f, %d steps (%s)",
-                    len(result.episode_returns),
-                    episode_return,
-                    result.episode_lengths[-1],
-                    "time-out" if step.truncated[0] and not step.terminated[0] else "ended",
-                )
+                _end_episode(result, episode_return, step)
                 episode_return = 0.0
     finally:
         if recorder:
             result.frames = recorder.close()
-        backend_close = getattr(env.backend, "close", None)
-        if backend_close is not None:
-            backend_close()
     log.info(
         "play: %d steps in %.1f s%s",
         steps,
@@ -140,6 +143,18 @@ def play(
         f", {result.frames} frames -> {result.video}" if recorder else "",
     )
     return result
+
+
+def _end_episode(result: PlayResult, episode_return: float, step: StepResult) -> None:
+    result.episode_returns.append(episode_return)
+    result.episode_lengths.append(int(step.info.get("episode_length", 0)))
+    log.info(
+        "episode %d: return %.3f, %d steps (%s)",
+        len(result.episode_returns),
+        episode_return,
+        result.episode_lengths[-1],
+        "time-out" if step.truncated[0] and not step.terminated[0] else "ended",
+    )
 
 
 def _default_video_path(checkpoint: dict[str, Any]) -> Path:
