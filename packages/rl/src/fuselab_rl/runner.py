@@ -289,34 +289,12 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
         cfg.backend,
         _ms(started),
     )
-
-    stage = time.perf_counter()
-    checkpoint = load_checkpoint(cfg.resume) if cfg.resume else None
-    if checkpoint is not None:
-        for key, saved, asked in (
-            ("task", checkpoint["task"], cfg.task_name),
-            ("algo", checkpoint["algo"], cfg.algo.name),
-        ):
-            if saved != asked:
-                raise ValueError(
-                    f"resume: '{checkpoint['path']}' is a {key} {saved!r} checkpoint, but the "
-                    f"config asks for {asked!r}; add {key}={saved} to resume it"
-                )
-        log.info("checkpoint %s: %.1f ms", checkpoint["path"], _ms(stage))
+    checkpoint = _load_resume(cfg)
 
     stage = time.perf_counter()
     device = resolve_device(cfg.device)
     log.info("device: %s (%.1f ms)", device, _ms(stage))
-
-    threads = ThreadBudget.resolve(cfg.threads)
-    if cfg.num_threads is not None and cfg.num_threads != threads.physics:
-        raise ValueError(
-            f"num_threads: {cfg.num_threads} conflicts with the thread budget "
-            f"({threads.total}); set threads={cfg.num_threads} instead"
-        )
-    cfg.num_threads = threads.physics
-    threads.apply_torch()
-    log.info("threads: %s", threads.describe())
+    threads = _resolve_threads(cfg)
 
     run_dir = _run_dir(cfg, checkpoint)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
@@ -329,26 +307,63 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
     handle = TrainingHandle(
         cfg=cfg, trainer=trainer, run_dir=run_dir, device=device, threads=threads
     )
-
     if checkpoint is not None:
-        stage = time.perf_counter()
-        try:
-            trainer.load_state_dict(checkpoint["trainer"])
-        except BaseException:
-            trainer.close()
-            raise
-        handle.iteration = handle._saved_iteration = int(checkpoint["iteration"])
-        handle.env_steps = int(checkpoint["env_steps"])
-        handle.wall_s = float(checkpoint["wall_s"])
-        _truncate_metrics(run_dir / METRICS_FILE, handle.iteration)
-        log.info(
-            "resumed at iteration %d (%d env steps): %.1f ms",
-            handle.iteration,
-            handle.env_steps,
-            _ms(stage),
-        )
+        _restore(handle, checkpoint)
     log.info("start-up: %.1f ms", _ms(started))
     return handle
+
+
+def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
+    """The checkpoint ``resume`` names (None without one), of the config's task and algorithm."""
+    if not cfg.resume:
+        return None
+    started = time.perf_counter()
+    checkpoint = load_checkpoint(cfg.resume)
+    for key, saved, asked in (
+        ("task", checkpoint["task"], cfg.task_name),
+        ("algo", checkpoint["algo"], cfg.algo.name),
+    ):
+        if saved != asked:
+            raise ValueError(
+                f"resume: '{checkpoint['path']}' is a {key} {saved!r} checkpoint, but the "
+                f"config asks for {asked!r}; add {key}={saved} to resume it"
+            )
+    log.info("checkpoint %s: %.1f ms", checkpoint["path"], _ms(started))
+    return checkpoint
+
+
+def _resolve_threads(cfg: DictConfig) -> ThreadBudget:
+    """The thread budget of ``threads``, applied to torch; the env's ``num_threads`` follows."""
+    threads = ThreadBudget.resolve(cfg.threads)
+    if cfg.num_threads is not None and cfg.num_threads != threads.physics:
+        raise ValueError(
+            f"num_threads: {cfg.num_threads} conflicts with the thread budget "
+            f"({threads.total}); set threads={cfg.num_threads} instead"
+        )
+    cfg.num_threads = threads.physics
+    threads.apply_torch()
+    log.info("threads: %s", threads.describe())
+    return threads
+
+
+def _restore(handle: TrainingHandle, checkpoint: Mapping[str, Any]) -> None:
+    """Load the trainer's state and the run's counters; drop metrics logged past them."""
+    started = time.perf_counter()
+    try:
+        handle.trainer.load_state_dict(checkpoint["trainer"])
+    except BaseException:
+        handle.trainer.close()
+        raise
+    handle.iteration = handle._saved_iteration = int(checkpoint["iteration"])
+    handle.env_steps = int(checkpoint["env_steps"])
+    handle.wall_s = float(checkpoint["wall_s"])
+    _truncate_metrics(handle.run_dir / METRICS_FILE, handle.iteration)
+    log.info(
+        "resumed at iteration %d (%d env steps): %.1f ms",
+        handle.iteration,
+        handle.env_steps,
+        _ms(started),
+    )
 
 
 def _run_dir(cfg: DictConfig, checkpoint: Mapping[str, Any] | None) -> Path:
