@@ -471,45 +471,13 @@ class FastSACTrainer:
         torch.manual_seed(int(cfg.seed))
         self._collector: AsyncCollector | None = None
         self._env: Any = None
-        total = threads.total
         if self.cfg.mode == "async":
-            collector_threads, learner_threads = split_threads(
-                total, self.device, self.cfg.collector_threads
-            )
-            torch.set_num_threads(learner_threads)
-            log.info(
-                "async FastSAC: %d threads -> collector %d (physics, fused kernel, policy on "
-                "cpu), learner %d (torch on %s)",
-                total,
-                collector_threads,
-                learner_threads,
-                self.device,
-            )
-            env_cfg = OmegaConf.to_container(cfg, resolve=True)
-            assert isinstance(env_cfg, dict)
-            env_cfg.pop("algo", None)
-            self._collector = AsyncCollector(
-                env_cfg, num_threads=collector_threads, seed=int(cfg.seed)
-            )
-            spec = self._collector.spec
+            self.spec = self._spawn_collector(cfg, threads.total)
         else:
-            from fuselab_envs.registry import make_env
-
-            env_started = time.perf_counter()
-            self._env = make_env(cfg)
-            spec = EnvSpec.of(self._env)
-            log.info(
-                "sync FastSAC: env %s with %d envs (%.1f ms); torch %d threads on %s",
-                cfg.task_name,
-                spec.num_envs,
-                (time.perf_counter() - env_started) * 1e3,
-                torch.get_num_threads(),
-                self.device,
-            )
-        self.spec = spec
+            self.spec = self._make_env(cfg)
         try:
-            self.learner = FastSAC(self.cfg, spec, self.device)
-            self.stats = StepStats(spec)
+            self.learner = FastSAC(self.cfg, self.spec, self.device)
+            self.stats = StepStats(self.spec)
             self.env_steps = 0  # env steps (of every env) received, over resumes
             self.iterations = 0
             self._records_taken = 0  # from this collector (its records' sequence numbers)
@@ -517,26 +485,72 @@ class FastSACTrainer:
             self._updates_owed = 0.0  # async: minimum updates due before the next record
             self._previous_commit: float | None = None
             if self._collector is not None:
-                self._packer = PolicyPacker(self.learner.policy)
-                self._collector.start(
-                    policy_builder=self.learner.policy_builder,
-                    weights_numel=self._packer.numel,
-                    ring_slots=self._ring_slots(),
-                    random_steps=self.cfg.learning_starts,
-                )
-                self._publish()
+                self._start_collector()
             else:
-                self._record = {
-                    name: np.zeros(shape, dtype)
-                    for name, shape, dtype in transition_layout(spec).fields
-                }
-                self._obs = self._env.reset_all()
-                self._rng = np.random.default_rng(int(cfg.seed))
-                self._random_steps_left = self.cfg.learning_starts
+                self._start_sync(int(cfg.seed))
         except BaseException:
             self.close()
             raise
         log.info("FastSAC trainer ready (%.1f ms)", (time.perf_counter() - started) * 1e3)
+
+    def _spawn_collector(self, cfg: DictConfig, total_threads: int) -> EnvSpec:
+        """Async: split the threads, spawn the collector process (it builds the env)."""
+        collector_threads, learner_threads = split_threads(
+            total_threads, self.device, self.cfg.collector_threads
+        )
+        torch.set_num_threads(learner_threads)
+        log.info(
+            "async FastSAC: %d threads -> collector %d (physics, fused kernel, policy on "
+            "cpu), learner %d (torch on %s)",
+            total_threads,
+            collector_threads,
+            learner_threads,
+            self.device,
+        )
+        env_cfg = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(env_cfg, dict)
+        env_cfg.pop("algo", None)
+        self._collector = AsyncCollector(env_cfg, num_threads=collector_threads, seed=int(cfg.seed))
+        return self._collector.spec
+
+    def _make_env(self, cfg: DictConfig) -> EnvSpec:
+        """Sync: the env, in this process."""
+        from fuselab_envs.registry import make_env
+
+        started = time.perf_counter()
+        self._env = make_env(cfg)
+        spec = EnvSpec.of(self._env)
+        log.info(
+            "sync FastSAC: env %s with %d envs (%.1f ms); torch %d threads on %s",
+            cfg.task_name,
+            spec.num_envs,
+            (time.perf_counter() - started) * 1e3,
+            torch.get_num_threads(),
+            self.device,
+        )
+        return spec
+
+    def _start_collector(self) -> None:
+        """Async: shared memory for the ring and the weights, the plan, the first policy."""
+        assert self._collector is not None
+        self._packer = PolicyPacker(self.learner.policy)
+        self._collector.start(
+            policy_builder=self.learner.policy_builder,
+            weights_numel=self._packer.numel,
+            ring_slots=self._ring_slots(),
+            random_steps=self.cfg.learning_starts,
+        )
+        self._publish()
+
+    def _start_sync(self, seed: int) -> None:
+        """Sync: the transition record this process fills, the first observations."""
+        self._record = {
+            name: np.zeros(shape, dtype)
+            for name, shape, dtype in transition_layout(self.spec).fields
+        }
+        self._obs = self._env.reset_all()
+        self._rng = np.random.default_rng(seed)
+        self._random_steps_left = self.cfg.learning_starts
 
     # -- the Trainer contract --------------------------------------------------------------------
 
