@@ -143,6 +143,15 @@ def test_config_errors_name_the_key_and_the_accepted_values():
         FastSACConfig.from_cfg(helpers.compose(algo=("mode=fast",)).algo)
     with pytest.raises(ValueError, match=r"algo.n_step: expected > 0, got 0"):
         FastSACConfig.from_cfg(helpers.compose(algo=("n_step=0",)).algo)
+    for override, message in (
+        ("actor_hidden_dims=[]", r"algo.actor_hidden_dims: expected a non-empty list of positive"),
+        ("critic_hidden_dims=[64,0]", r"algo.critic_hidden_dims: .* got \[64, 0\]"),
+        ("num_atoms=1", r"algo.num_atoms: expected >= 2, got 1"),
+        ("v_min=10.0", r"algo.v_min, algo.v_max: expected v_min < v_max, got 10.0, 10.0"),
+        ("log_std_min=3.0", r"algo.log_std_min, algo.log_std_max: expected log_std_min <"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            FastSACConfig.from_cfg(helpers.compose(algo=(override,)).algo)
     with pytest.raises(
         ValueError, match=r"algo.collector.threads: expected null or an int in 1..2"
     ):

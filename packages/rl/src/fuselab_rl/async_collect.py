@@ -81,7 +81,7 @@ def _create_segment(name: str, nbytes: int) -> shared_memory.SharedMemory:
         free = _shm_free_bytes()
         raise OSError(
             f"shared memory {name!r}: could not create {nbytes / 2**20:.1f} MiB "
-            f"({free / 2**20:.0f} MiB free in /dev/shm): {error}; lower algo.async.ring_slots "
+            f"({free / 2**20:.0f} MiB free in /dev/shm): {error}; lower algo.collector.ring_slots "
             "or num_envs"
         ) from error
 

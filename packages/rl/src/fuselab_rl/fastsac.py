@@ -149,6 +149,26 @@ class FastSACConfig:
             )
         if self.alpha_init <= 0:
             raise ValueError(f"algo.alpha_init: expected > 0, got {self.alpha_init!r}")
+        self._check_networks()
+
+    def _check_networks(self) -> None:
+        """The network keys, before a process or an env is started for them."""
+        for name in ("actor_hidden_dims", "critic_hidden_dims"):
+            dims = getattr(self, name)
+            if not dims or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
+            ):
+                raise ValueError(
+                    f"algo.{name}: expected a non-empty list of positive ints, got {list(dims)!r}"
+                )
+        if self.num_atoms < 2:
+            raise ValueError(f"algo.num_atoms: expected >= 2, got {self.num_atoms!r}")
+        for low, high in (("v_min", "v_max"), ("log_std_min", "log_std_max")):
+            if not getattr(self, low) < getattr(self, high):
+                raise ValueError(
+                    f"algo.{low}, algo.{high}: expected {low} < {high}, got "
+                    f"{getattr(self, low)!r}, {getattr(self, high)!r}"
+                )
 
 
 def policy_builder(
