@@ -104,6 +104,16 @@ def test_config_errors_name_the_key_value_and_accepted_range():
         ActorCritic(2, 2, 1, activation="gelu")
 
 
+def test_an_unknown_policy_key_is_named_before_the_env_is_built(monkeypatch, tmp_path):
+    built = use_fake_env(monkeypatch)
+    cfg = compose_config(["task=cartpole", "num_envs=8", "+algo.policy.hidden_dims=[8]"])
+    with pytest.raises(
+        ValueError, match=r"algo.policy: unknown keys \['hidden_dims'\]; accepted: \['actor_hidden"
+    ):
+        PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
+    assert built == []
+
+
 def test_one_iteration_updates_every_parameter_and_reports_the_shared_metric_keys(
     monkeypatch, tmp_path
 ):

@@ -14,6 +14,7 @@ normalizers (a resumed run has their statistics from its checkpoint).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import time
@@ -90,6 +91,14 @@ def network_kwargs(algo: DictConfig) -> dict[str, Any]:
     """``algo.policy``: the keyword arguments of :class:`ActorCritic`."""
     values = OmegaConf.to_container(algo.policy, resolve=True)
     assert isinstance(values, dict)
+    accepted = [
+        p.name
+        for p in inspect.signature(ActorCritic).parameters.values()
+        if p.kind == p.KEYWORD_ONLY
+    ]
+    unknown = sorted({str(k) for k in values} - set(accepted))
+    if unknown:
+        raise ValueError(f"algo.policy: unknown keys {unknown}; accepted: {accepted}")
     return {str(key): value for key, value in values.items()}
 
 
@@ -225,6 +234,7 @@ class PPOTrainer:
 
         self.cfg, self.device, self.threads, self.run_dir = cfg, device, threads, run_dir
         self.algo = PPOCfg.from_config(cfg.algo)
+        network = network_kwargs(cfg.algo)  # checked before the env is built
         started = time.perf_counter()
         self.env = make_env(cfg)
         self.num_envs = self.env.num_envs
@@ -245,9 +255,7 @@ class PPOTrainer:
         started = time.perf_counter()
         torch.manual_seed(cfg.seed)  # the networks' initial weights
         self.generator = torch.Generator().manual_seed(cfg.seed)  # action noise, batch order
-        self.policy = ActorCritic(
-            actor_dim, critic_dim, self.action_dim, **network_kwargs(cfg.algo)
-        ).to(device)
+        self.policy = ActorCritic(actor_dim, critic_dim, self.action_dim, **network).to(device)
         self.ppo = PPO(self.policy, self.algo)
         self.storage = RolloutStorage(
             self.algo.num_steps_per_env,
