@@ -25,6 +25,8 @@ import mujoco
 import numba
 import numpy as np
 
+from fuselab_env_core.terms import ERROR_MODEL, FASTMATH
+
 FREE = int(mujoco.mjtJoint.mjJNT_FREE)
 SLIDE = int(mujoco.mjtJoint.mjJNT_SLIDE)
 HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
@@ -68,7 +70,7 @@ def _int32(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, np.int32)
 
 
-@numba.njit(parallel=True, cache=True, error_model="numpy")
+@numba.njit(parallel=True, cache=True, fastmath=set(FASTMATH), error_model=ERROR_MODEL)
 def forward_kinematics(tree, qpos, qvel, env_ids, body_states):
     """``body_states[i, b]`` (position, quaternion, linear and angular velocity of body ``b``'s
     origin, world frame) for each env ``i`` in ``env_ids``, from ``qpos[i]`` and ``qvel[i]``."""
@@ -81,7 +83,7 @@ def forward_kinematics(tree, qpos, qvel, env_ids, body_states):
             _body_state(tree, b, qpos[i], qvel[i], out)
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _body_state(tree, b, qpos, qvel, out):
     """Body ``b`` from its parent's row of ``out`` (parents come first in MuJoCo's order).
 
@@ -138,42 +140,42 @@ def _body_state(tree, b, qpos, qvel, out):
         out[b, 3 + c] = q[c]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _vec(out, b, start):
     return out[b, start], out[b, start + 1], out[b, start + 2]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _row3(array, k):
     return array[k, 0], array[k, 1], array[k, 2]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _row4(array, k):
     return array[k, 0], array[k, 1], array[k, 2], array[k, 3]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _add(a, b):
     return a[0] + b[0], a[1] + b[1], a[2] + b[2]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _sub(a, b):
     return a[0] - b[0], a[1] - b[1], a[2] - b[2]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _scale(a, s):
     return a[0] * s, a[1] * s, a[2] * s
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _cross(a, b):
     return a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _multiply(a, b):
     return (
         a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
@@ -183,7 +185,7 @@ def _multiply(a, b):
     )
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _rotate(q, v):
     """``q * (0, v) * conj(q)`` for a unit quaternion, as ``v + 2 r x (r x v + w v)``."""
     r = q[1], q[2], q[3]
@@ -191,7 +193,7 @@ def _rotate(q, v):
     return v[0] + 2.0 * u[0], v[1] + 2.0 * u[1], v[2] + 2.0 * u[2]
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", fastmath=set(FASTMATH))
 def _normalized(w, x, y, z):
     norm = np.sqrt(w * w + x * x + y * y + z * z)
     if norm < 1e-15:
