@@ -12,12 +12,12 @@ from fuselab_rl.export import export_onnx, onnx_max_error
 from fuselab_rl.networks import ActorCritic
 
 
-def trained_looking_policy():
+def trained_looking_policy(clip=None):
     torch.manual_seed(0)
     policy = ActorCritic(12, 15, 4, actor_hidden_dims=[32, 16], critic_hidden_dims=[8])
     # Normalizer statistics far from (0, 1): a wrong normalization would show.
     policy.update_normalizers(torch.randn(500, 12) * 4.0 + 2.0, torch.randn(500, 15))
-    return policy.policy()
+    return policy.policy(clip)
 
 
 def test_onnx_export_matches_torch_within_1e_5_at_any_batch_size(tmp_path):
@@ -34,6 +34,14 @@ def test_onnx_export_matches_torch_within_1e_5_at_any_batch_size(tmp_path):
         assert actions.shape == (batch, 4)
         assert abs(actions - expected).max() <= 1e-5
     assert onnx_max_error(path, policy, 12) <= 1e-5
+
+
+def test_actions_clipped_in_training_are_clipped_in_the_export(tmp_path):
+    policy = trained_looking_policy(clip=0.05)
+    path = export_onnx(policy, 12, tmp_path / "policy.onnx")
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    actions = np.asarray(session.run(["actions"], {"obs": np.random.randn(64, 12).astype("f4")})[0])
+    assert np.abs(actions).max() == pytest.approx(0.05)  # the clip bites, in ONNX too
 
 
 def test_a_policy_that_disagrees_with_its_export_is_refused(tmp_path, monkeypatch):

@@ -87,15 +87,18 @@ class EmpiricalNormalization(nn.Module):
 
 
 class Policy(nn.Module):
-    """What a robot runs: actor observations (B, D) -> deterministic actions (B, A)."""
+    """What a robot runs: actor observations (B, D) -> deterministic actions (B, A), clipped to
+    [-clip, clip] when training clipped the actions it sent to the env."""
 
-    def __init__(self, normalizer: nn.Module, actor: nn.Module):
+    def __init__(self, normalizer: nn.Module, actor: nn.Module, clip: float | None = None):
         super().__init__()
         self.normalizer = normalizer
         self.actor = actor
+        self.clip = clip
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.actor(self.normalizer(obs))
+        actions = self.actor(self.normalizer(obs))
+        return actions if self.clip is None else actions.clamp(-self.clip, self.clip)
 
 
 class ActorCritic(nn.Module):
@@ -160,7 +163,8 @@ class ActorCritic(nn.Module):
             for normalizer in (self.actor_normalizer, self.critic_normalizer)
         )
 
-    def policy(self) -> Policy:
+    def policy(self, clip: float | None = None) -> Policy:
         """A CPU copy of the deterministic policy (normalizer + actor), in eval mode."""
-        exported = Policy(copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor))
+        normalizer, actor = copy.deepcopy(self.actor_normalizer), copy.deepcopy(self.actor)
+        exported = Policy(normalizer, actor, clip)
         return exported.to("cpu").eval()

@@ -337,7 +337,7 @@ class PPOTrainer:
             self.critic_obs.copy_(state["obs"]["critic"])
 
     def export_policy(self) -> nn.Module:
-        return self.policy.policy()
+        return self.policy.policy(self.algo.clip_actions)
 
     @staticmethod
     def inference_policy(algo: DictConfig, state: dict[str, Any]) -> nn.Module:
@@ -346,7 +346,7 @@ class PPOTrainer:
         weights = state["policy"]
         network = ActorCritic(*ActorCritic.saved_dims(weights), **network_kwargs(algo))
         network.load_state_dict(weights)
-        return network.policy()
+        return network.policy(PPOCfg.from_config(algo).clip_actions)
 
     def close(self) -> None:
         backend_close = getattr(self.env.backend, "close", None)
