@@ -61,10 +61,11 @@ def _copy(args) -> dict:
         sim.copy_body_state_w(ids, *out)
 
     def generic():
-        # What a plain backend offers: four getters of every body (new float32 arrays), then take.
+        # What a plain backend offers: four getters of every body, each returning a new float32
+        # array of its own (as MotrixSim's do), then take.
         getters = (sim._body_pos, sim._body_quat, sim._body_lin_vel, sim._body_ang_vel)
         for buffer, raw in zip(out, getters, strict=True):
-            buffer[:] = np.take(np.asarray(raw, np.float32), ids, axis=1)
+            buffer[:] = np.take(np.array(raw, np.float32), ids, axis=1)
 
     ms = time_side_by_side(
         {"fused": fused, "generic": generic}, args.warmup, args.measure, args.repeats

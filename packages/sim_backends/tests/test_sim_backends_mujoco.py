@@ -82,7 +82,7 @@ def test_one_and_two_threads_give_identical_physics(model):
     np.testing.assert_array_equal(results[0][0], results[1][0])
 
 
-def test_copy_equals_a_numpy_gather_of_the_raw_sensors(backend, model):
+def test_copy_equals_a_numpy_gather_of_the_raw_body_states(backend, model):
     qpos, qvel = random_states(model, N, np.random.default_rng(2))
     backend.reset_envs(np.arange(N), qpos, qvel)
     backend.step(2)

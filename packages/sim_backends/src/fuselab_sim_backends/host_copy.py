@@ -2,13 +2,13 @@
 
 MuJoCo keeps a body's velocity as a spatial vector (angular; linear) whose linear part is the
 velocity of some reference point: for ``mjData.cvel`` the centre of mass of the body's kinematic
-subtree root (``subtree_com[body_rootid]``); for a ``framelinvel`` sensor of the body frame, the
-body origin itself. The contract wants the velocity of the body origin::
+subtree root (``subtree_com[body_rootid]``). The contract wants the velocity of the body origin::
 
     v_origin = v_ref + omega x (xpos - ref)
 
-MuJoCo (CPU, through rollout sensors) and MuJoCo Warp (device arrays copied to the host once per
-step) both call :func:`copy_body_states`, one parallel pass over envs, float32 out.
+MuJoCo Warp (``cvel`` copied to the host once per step) and MuJoCo on the CPU (whose kinematics
+pass gives origin velocities already: no reference point) both call :func:`copy_body_states`,
+one parallel pass over envs, float32 out.
 """
 
 from __future__ import annotations
@@ -36,24 +36,27 @@ def copy_body_states(
     """Gather bodies ``rows`` (indices into the second axis of the inputs) for every env.
 
     ``pos``/``quat``/``ang_vel``/``lin_vel``: (N, bodies, 3|4|3|3), any float dtype and strides.
-    ``lin_vel`` is the velocity of point ``ref_points[i, ref_rows[row]]``.
+    ``lin_vel`` is the velocity of point ``ref_points[i, ref_rows[row]]``, or of the body origin
+    itself when ``ref_points`` is None (Numba then compiles the copy without the shift).
     """
     for i in numba.prange(out_pos.shape[0]):
         for k in range(rows.shape[0]):
             b = rows[k]
-            r = ref_rows[b]
-            wx, wy, wz = ang_vel[i, b, 0], ang_vel[i, b, 1], ang_vel[i, b, 2]
-            dx = pos[i, b, 0] - ref_points[i, r, 0]
-            dy = pos[i, b, 1] - ref_points[i, r, 1]
-            dz = pos[i, b, 2] - ref_points[i, r, 2]
-            out_lin_vel[i, k, 0] = lin_vel[i, b, 0] + wy * dz - wz * dy
-            out_lin_vel[i, k, 1] = lin_vel[i, b, 1] + wz * dx - wx * dz
-            out_lin_vel[i, k, 2] = lin_vel[i, b, 2] + wx * dy - wy * dx
             for c in range(3):
                 out_pos[i, k, c] = pos[i, b, c]
+                out_lin_vel[i, k, c] = lin_vel[i, b, c]
                 out_ang_vel[i, k, c] = ang_vel[i, b, c]
             for c in range(4):
                 out_quat[i, k, c] = quat[i, b, c]
+            if ref_points is not None:
+                r = ref_rows[b]
+                wx, wy, wz = ang_vel[i, b, 0], ang_vel[i, b, 1], ang_vel[i, b, 2]
+                dx = pos[i, b, 0] - ref_points[i, r, 0]
+                dy = pos[i, b, 1] - ref_points[i, r, 1]
+                dz = pos[i, b, 2] - ref_points[i, r, 2]
+                out_lin_vel[i, k, 0] += wy * dz - wz * dy
+                out_lin_vel[i, k, 1] += wz * dx - wx * dz
+                out_lin_vel[i, k, 2] += wx * dy - wy * dx
 
 
 def check_body_ids(body_ids: object, num_bodies: int) -> np.ndarray:

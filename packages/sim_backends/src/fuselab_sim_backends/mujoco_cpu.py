@@ -104,11 +104,10 @@ class MujocoBackend(SimBackend):
         self._ctrl = np.zeros((n, m.nu))
         self._substep_buffers: dict[int, tuple[np.ndarray, ...]] = {}
         self._tree = KinematicTree.of(m)
-        self._body_states = np.zeros((n, m.nbody, STATE_WIDTH))
+        self._body_states = np.zeros((n, m.nbody, STATE_WIDTH), np.float32)  # what reads want
         bodies = self._body_states
         self._body_pos, self._body_quat = bodies[:, :, 0:3], bodies[:, :, 3:7]
         self._body_lin_vel, self._body_ang_vel = bodies[:, :, 7:10], bodies[:, :, 10:13]
-        self._body_rows = np.arange(m.nbody, dtype=np.int32)
         # Contact sensor slot of each body; forces (n, slots, 3) of the last substep, a view into
         # the physics sensordata of the last step (zeros before the first).
         self._contact_slots = np.full(m.nbody, NO_CONTACT, np.int32)
@@ -185,8 +184,8 @@ class MujocoBackend(SimBackend):
             self._body_quat,
             self._body_ang_vel,
             self._body_lin_vel,
-            self._body_pos,  # the kinematics pass gives the velocity of the body origin itself
-            self._body_rows,
+            None,  # the kinematics pass gives the velocity of the body origin itself
+            None,
             out_pos,
             out_quat,
             out_lin_vel,
