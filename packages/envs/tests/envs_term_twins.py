@@ -101,23 +101,29 @@ def _(first_contact, last_air_time, command, threshold_s, min_command):
 
 
 @tracking.motion_reference.numpy
-def _(
-    frame, pos, quat, ref_anchor_pos, ref_anchor_quat, target_pos, sin_half, cos_half,
-    anchor_pos_b, anchor_ori_b, clip_pos, clip_quat, a,
-):  # fmt: skip
-    ref_pos, ref_quat = clip_pos[frame], clip_quat[frame]
-    ref_anchor_pos[:], ref_anchor_quat[:] = ref_pos[:, a], ref_quat[:, a]
-    robot_q, ref_q_anchor = quat[:, a], ref_quat[:, a]
-    delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q_anchor)))
+def _(frame, pos, quat, yaw, anchor_pos_b, anchor_ori_b, clip_pos, clip_quat, a):
+    robot_q, ref_q = quat[:, a], clip_quat[frame, a]
+    delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q)))
+    yaw[:] = delta[:, [0, 3]]
+    anchor_pos_b[:] = np_quat_apply_inverse(robot_q, clip_pos[frame, a] - pos[:, a])
+    anchor_ori_b[:] = np_matrix_first_two_columns(np_quat_mul(np_quat_conjugate(robot_q), ref_q))
+
+
+def _yaw(yaw):
+    """(w, 0, 0, z) quaternions of the (N, 2) yaw, broadcast over bodies."""
+    zero = np.zeros_like(yaw[:, 0])
+    return np.stack([yaw[:, 0], zero, zero, yaw[:, 1]], axis=-1)[:, None]
+
+
+def _target_body_pos(frame, pos, yaw, clip_pos, a):
+    ref_pos = clip_pos[frame]
     anchor = np.concatenate([pos[:, a, :2], ref_pos[:, a, 2:]], axis=-1)
-    offsets = ref_pos - ref_pos[:, a : a + 1]
-    target_pos[:] = anchor[:, None] + np_quat_apply(delta[:, None], offsets)
-    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(delta[:, None], ref_quat))
-    sin_half[:] = np.linalg.norm(error[..., 1:], axis=-1)
-    cos_half[:] = np.abs(error[..., 0])
-    anchor_pos_b[:] = np_quat_apply_inverse(robot_q, ref_pos[:, a] - pos[:, a])
-    relative = np_quat_mul(np_quat_conjugate(robot_q), ref_q_anchor)
-    anchor_ori_b[:] = np_matrix_first_two_columns(relative)
+    return anchor[:, None] + np_quat_apply(_yaw(yaw), ref_pos - ref_pos[:, a : a + 1])
+
+
+def _body_ori_error_angle(frame, quat, yaw, clip_quat):
+    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(_yaw(yaw), clip_quat[frame]))
+    return 2 * np.arctan2(np.linalg.norm(error[..., 1:], axis=-1), np.abs(error[..., 0]))
 
 
 def _mean_squared_error_exp(actual, reference, std):
@@ -130,19 +136,31 @@ def _clip_error_exp(frame, actual, clip, std):
 
 
 tracking.motion_anchor_pos_error_exp.numpy(
-    lambda pos, ref, a, std: np.exp(-np.sum((ref - pos[:, a]) ** 2, axis=-1) / (std * std))
+    lambda frame, pos, clip_pos, a, std: np.exp(
+        -np.sum((clip_pos[frame, a] - pos[:, a]) ** 2, axis=-1) / (std * std)
+    )
 )
 tracking.motion_anchor_ori_error_exp.numpy(
-    lambda quat, ref, a, std: np.exp(-(np_quat_error_angle(quat[:, a], ref) ** 2) / (std * std))
+    lambda frame, quat, clip_quat, a, std: np.exp(
+        -(np_quat_error_angle(quat[:, a], clip_quat[frame, a]) ** 2) / (std * std)
+    )
 )
-tracking.motion_body_pos_error_exp.numpy(_mean_squared_error_exp)
+tracking.motion_body_pos_error_exp.numpy(
+    lambda frame, pos, yaw, clip_pos, a, std: _mean_squared_error_exp(
+        pos, _target_body_pos(frame, pos, yaw, clip_pos, a), std
+    )
+)
 tracking.motion_body_ori_error_exp.numpy(
-    lambda s, c, std: np.exp(-np.mean((2 * np.arctan2(s, c)) ** 2, axis=-1) / (std * std))
+    lambda frame, quat, yaw, clip_quat, std: np.exp(
+        -np.mean(_body_ori_error_angle(frame, quat, yaw, clip_quat) ** 2, axis=-1) / (std * std)
+    )
 )
 tracking.motion_body_lin_vel_error_exp.numpy(_clip_error_exp)
 tracking.motion_body_ang_vel_error_exp.numpy(_clip_error_exp)
 tracking.motion_anchor_height_error.numpy(
-    lambda pos, ref, a, threshold: np.abs(ref[:, 2] - pos[:, a, 2]) > threshold
+    lambda frame, pos, clip_pos, a, threshold: (
+        np.abs(clip_pos[frame, a, 2] - pos[:, a, 2]) > threshold
+    )
 )
 
 
@@ -151,11 +169,13 @@ def _up(quat):
 
 
 tracking.motion_anchor_ori_error.numpy(
-    lambda quat, ref, a, threshold: np.abs(_up(ref) - _up(quat[:, a])) > threshold
+    lambda frame, quat, clip_quat, a, threshold: (
+        np.abs(_up(clip_quat[frame, a]) - _up(quat[:, a])) > threshold
+    )
 )
 tracking.motion_body_height_error.numpy(
-    lambda pos, target, ids, threshold: np.any(
-        np.abs(target[:, ids, 2] - pos[:, ids, 2]) > threshold, axis=-1
+    lambda frame, pos, clip_pos, ids, threshold: np.any(
+        np.abs(clip_pos[frame[:, None], ids, 2] - pos[:, ids, 2]) > threshold, axis=-1
     )
 )
 tracking.motion_command.numpy(lambda f, q, qd: np.concatenate([q[f], qd[f]], axis=-1))

@@ -97,12 +97,7 @@ def test_every_term_matches_its_numpy_twin(seed):
     fused()
     oracle()
     f, o = fused.buffers, oracle.buffers
-    for name in (
-        "target_body_pos_w",
-        "body_ori_error_sin_half",
-        "motion_anchor_pos_b",
-        "motion_anchor_ori_b",
-    ):
+    for name in ("motion_to_robot_yaw", "motion_anchor_pos_b", "motion_anchor_ori_b"):
         np.testing.assert_allclose(
             f.workspace[name], o.workspace[name], rtol=1e-5, atol=1e-5, err_msg=name
         )
@@ -140,7 +135,7 @@ def test_kinematic_replay_earns_every_tracking_reward(backend):
             assert (value > floor).all(), (name, value)
         assert not b.terminated.any() and not b.truncated.any()
         np.testing.assert_allclose(b.workspace["motion_anchor_pos_b"], 0.0, atol=2e-4)
-        np.testing.assert_allclose(b.workspace["body_ori_error_sin_half"], 0.0, atol=2e-4)
+        np.testing.assert_allclose(b.workspace["motion_to_robot_yaw"][:, 1], 0.0, atol=2e-4)
         env.motion_frame[:] = np.minimum(env.motion_frame + 1, env.num_frames - 1)
 
 

@@ -62,6 +62,17 @@ def yaw_quat(w, x, y, z):
 
 
 @numba.njit(inline="always")
+def yaw_quat_mul(yw, yz, w, x, y, z):
+    """(yw, 0, 0, yz) * q: a rotation about z times q, in half the multiplies of quat_mul."""
+    return (
+        yw * w - yz * z,
+        yw * x - yz * y,
+        yw * y + yz * x,
+        yw * z + yz * w,
+    )
+
+
+@numba.njit(inline="always")
 def quat_error_angle(aw, ax, ay, az, bw, bx, by, bz):
     """Angle in radians of the rotation between unit quaternions a and b, in [0, pi]."""
     w, x, y, z = quat_mul(aw, -ax, -ay, -az, bw, bx, by, bz)
