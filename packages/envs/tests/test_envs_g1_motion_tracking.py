@@ -71,7 +71,6 @@ def random_tracking_state(rng, clip, n=N_RANDOM):
         "episode_step": rng.integers(0, 600, n).astype(np.int32),
         "max_episode_steps": np.full(n, 500, np.int32),
         "motion_frame": frame,
-        "default_joint_pos": np.tile(rng.normal(0, 0.3, JOINTS).astype(np.float32), (n, 1)),
     }
 
 
@@ -81,8 +80,12 @@ def tracking_terms(clip):
         s: OmegaConf.to_container(cfg[s])
         for s in ("preamble", "rewards", "terminations", "observations")
     }
-    limits = {"lower": np.full(JOINTS, -0.8, np.float32), "upper": np.full(JOINTS, 0.8, np.float32)}
-    return with_robot_arrays(terms, {**limits, **clip})
+    robot = {
+        "lower": np.full(JOINTS, -0.8, np.float32),
+        "upper": np.full(JOINTS, 0.8, np.float32),
+        "default_joint_pos": np.random.default_rng(7).normal(0, 0.3, JOINTS).astype(np.float32),
+    }
+    return with_robot_arrays(terms, {**robot, **clip})
 
 
 @pytest.mark.parametrize("seed", [0, 1])

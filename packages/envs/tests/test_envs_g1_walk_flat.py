@@ -28,7 +28,6 @@ def random_walk_state(rng, n=N_RANDOM, joints=29):
         "episode_step": rng.integers(0, 1200, n).astype(np.int32),
         "max_episode_steps": np.full(n, 1000, np.int32),
         "command": rng.uniform(-1, 1, (n, 3)).astype(np.float32),
-        "default_joint_pos": np.tile(rng.normal(0, 0.3, joints).astype(np.float32), (n, 1)),
         "contact_force_w": np.where(
             rng.random((n, 6, 1)) < 0.5, rng.normal(0, 50, (n, 6, 3)), 0.0
         ).astype(np.float32),
@@ -46,6 +45,7 @@ def walk_terms(overrides=()):
         "lower": np.full(joints, -1.0, np.float32),
         "upper": np.full(joints, 1.0, np.float32),
         "weights": np.linspace(0.5, 1.5, joints).astype(np.float32),
+        "default_joint_pos": np.random.default_rng(7).normal(0, 0.3, joints).astype(np.float32),
     }
     return with_robot_arrays(terms, arrays)
 

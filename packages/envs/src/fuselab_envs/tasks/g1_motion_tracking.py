@@ -147,7 +147,6 @@ class G1MotionTracking(FusedEnv):
 
         self.motion_frame = np.zeros(n, np.int32)
         self.default_pose = np.array([DEFAULT_JOINT_POS[j] for j in facts.joint_names], np.float32)
-        self.default_joint_pos = np.tile(self.default_pose, (n, 1))
         self.num_bins = max(1, math.ceil(self.num_frames * step_dt / self.sampling.bin_s))
         self.bin_failures = np.zeros(self.num_bins, np.float64)  # running average per bin
         self._failed_in_bin = np.zeros(self.num_bins, np.float64)
@@ -159,10 +158,7 @@ class G1MotionTracking(FusedEnv):
             episode_length_s=episode_length_s,
             default_controls=self.default_pose,
             action_scale=np.array([ACTION_SCALE[j] for j in facts.joint_names], np.float32),
-            extra_state={
-                "motion_frame": self.motion_frame,
-                "default_joint_pos": self.default_joint_pos,
-            },
+            extra_state={"motion_frame": self.motion_frame},
             num_threads=num_threads,
             seed=seed,
         )
@@ -178,7 +174,10 @@ class G1MotionTracking(FusedEnv):
         )
 
     def robot_arrays(self) -> dict[str, np.ndarray]:
-        return soft_joint_limits(self.facts.joint_ranges)
+        return {
+            **soft_joint_limits(self.facts.joint_ranges),
+            "default_joint_pos": self.default_pose,
+        }
 
     # -- the reference --------------------------------------------------------------------------
 

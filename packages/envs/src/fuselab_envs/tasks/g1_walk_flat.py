@@ -77,7 +77,6 @@ class G1WalkFlat(FusedEnv):
         self.facts = facts
         self.default_pose = np.array([DEFAULT_JOINT_POS[j] for j in facts.joint_names], np.float32)
         self.command = np.zeros((n, 3), np.float32)
-        self.default_joint_pos = np.tile(self.default_pose, (n, 1))
         step_dt = facts.physics_dt * decimation
         self._resample_steps = max(1, round(self.commands.resample_s / step_dt))
         self._push_steps = (
@@ -96,15 +95,17 @@ class G1WalkFlat(FusedEnv):
             episode_length_s=episode_length_s,
             default_controls=self.default_pose,
             action_scale=np.array([ACTION_SCALE[j] for j in facts.joint_names], np.float32),
-            extra_state={"command": self.command, "default_joint_pos": self.default_joint_pos},
+            extra_state={"command": self.command},
             num_threads=num_threads,
             seed=seed,
         )
 
     def robot_arrays(self) -> dict[str, np.ndarray]:
-        """Array parameters the config leaves to the robot: soft joint limits, joint weights."""
+        """Array parameters the config leaves to the robot: soft joint limits, default pose,
+        joint weights."""
         return {
             **soft_joint_limits(self.facts.joint_ranges),
+            "default_joint_pos": self.default_pose,
             "weights": np.ones(len(self.facts.joint_names), np.float32),
         }
 

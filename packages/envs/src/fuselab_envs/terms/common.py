@@ -74,11 +74,11 @@ def action_rate_l2(i, actions, last_actions):
 
 
 @reward()
-def joint_deviation_l1(i, joint_pos, default_joint_pos, weights: np.ndarray):
+def joint_deviation_l1(i, joint_pos, default_joint_pos: np.ndarray, weights: np.ndarray):
     """Weighted |q - q_default|: keeps joints (e.g. arms and waist) near the default pose."""
     total = 0.0
     for j in range(joint_pos.shape[1]):
-        total += weights[j] * abs(joint_pos[i, j] - default_joint_pos[i, j])
+        total += weights[j] * abs(joint_pos[i, j] - default_joint_pos[j])
     return total
 
 
@@ -135,9 +135,11 @@ def projected_gravity(i, out, col, projected_gravity_b):
 
 
 @observation(size=lambda shapes, params: shapes["joint_pos"][0])
-def joint_pos_rel(i, out, col, joint_pos, default_joint_pos):
+def joint_pos_rel(i, out, col, joint_pos, default_joint_pos: np.ndarray):
+    """Joint positions relative to the robot's default pose (kernel data, the same for all envs:
+    it stays in cache, where a per-env copy would be read from memory for every env)."""
     for j in range(joint_pos.shape[1]):
-        out[i, col + j] = joint_pos[i, j] - default_joint_pos[i, j]
+        out[i, col + j] = joint_pos[i, j] - default_joint_pos[j]
 
 
 @observation(size=lambda shapes, params: shapes["joint_vel"][0])
