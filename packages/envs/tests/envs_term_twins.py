@@ -101,10 +101,15 @@ def _(first_contact, last_air_time, command, threshold_s, min_command):
 
 
 @tracking.motion_reference.numpy
-def _(frame, pos, quat, yaw, anchor_pos_b, anchor_ori_b, clip_pos, clip_quat, a):
+def _(
+    frame, pos, quat, yaw, anchor_pos_b, anchor_ori_b, sin_half, cos_half, clip_pos, clip_quat, a
+):
     robot_q, ref_q = quat[:, a], clip_quat[frame, a]
     delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q)))
     yaw[:] = delta[:, [0, 3]]
+    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(delta[:, None], clip_quat[frame]))
+    sin_half[:] = np.linalg.norm(error[..., 1:], axis=-1)
+    cos_half[:] = np.abs(error[..., 0])
     anchor_pos_b[:] = np_quat_apply_inverse(robot_q, clip_pos[frame, a] - pos[:, a])
     anchor_ori_b[:] = np_matrix_first_two_columns(np_quat_mul(np_quat_conjugate(robot_q), ref_q))
 
@@ -119,11 +124,6 @@ def _target_body_pos(frame, pos, yaw, clip_pos, a):
     ref_pos = clip_pos[frame]
     anchor = np.concatenate([pos[:, a, :2], ref_pos[:, a, 2:]], axis=-1)
     return anchor[:, None] + np_quat_apply(_yaw(yaw), ref_pos - ref_pos[:, a : a + 1])
-
-
-def _body_ori_error_angle(frame, quat, yaw, clip_quat):
-    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(_yaw(yaw), clip_quat[frame]))
-    return 2 * np.arctan2(np.linalg.norm(error[..., 1:], axis=-1), np.abs(error[..., 0]))
 
 
 def _mean_squared_error_exp(actual, reference, std):
@@ -151,9 +151,7 @@ tracking.motion_body_pos_error_exp.numpy(
     )
 )
 tracking.motion_body_ori_error_exp.numpy(
-    lambda frame, quat, yaw, clip_quat, std: np.exp(
-        -np.mean(_body_ori_error_angle(frame, quat, yaw, clip_quat) ** 2, axis=-1) / (std * std)
-    )
+    lambda s, c, std: np.exp(-np.mean((2 * np.arctan2(s, c)) ** 2, axis=-1) / (std * std))
 )
 tracking.motion_body_lin_vel_error_exp.numpy(_clip_error_exp)
 tracking.motion_body_ang_vel_error_exp.numpy(_clip_error_exp)

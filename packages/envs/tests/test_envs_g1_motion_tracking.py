@@ -100,7 +100,13 @@ def test_every_term_matches_its_numpy_twin(seed):
     fused()
     oracle()
     f, o = fused.buffers, oracle.buffers
-    for name in ("motion_to_robot_yaw", "motion_anchor_pos_b", "motion_anchor_ori_b"):
+    for name in (
+        "motion_to_robot_yaw",
+        "body_ori_error_sin_half",
+        "body_ori_error_cos_half",
+        "motion_anchor_pos_b",
+        "motion_anchor_ori_b",
+    ):
         np.testing.assert_allclose(
             f.workspace[name], o.workspace[name], rtol=1e-5, atol=1e-5, err_msg=name
         )
