@@ -49,10 +49,15 @@ def test_tracking_shaped_plan_matches_numpy_oracle(seed):
     # The random states exercise both outcomes of every termination.
     assert 0 < fused.buffers.terminated.mean() < 1
     assert 0 < fused.buffers.truncated.mean() < 1
-    actor_noise = fused.buffers.noise["actor"]
-    command = fused.plan.observations["actor"].slices()["command"]
-    assert np.all(actor_noise[:, command] == 0)  # noise_std 0 -> clean columns
-    assert np.std(actor_noise[:, fused.plan.observations["actor"].slices()["joint_vel"]]) > 0.4
+    actor, actor_noise = fused.plan.observations["actor"], fused.buffers.noise["actor"]
+    assert "command" not in actor.noise_slices()  # noise_std 0 -> a clean term, no noise columns
+    assert actor_noise.shape == (384, sum(t.size for t in actor.noisy_terms()))
+    assert np.std(actor_noise[:, actor.noise_slices()["joint_vel"]]) > 0.4
+    critic = fused.plan.observations["critic"]
+    np.testing.assert_array_equal(  # the clean command is the same in the noisy group
+        fused.buffers.obs["actor"][:, actor.slices()["command"]],
+        fused.buffers.obs["critic"][:, critic.slices()["command"]],
+    )
     assert "critic" not in fused.buffers.noise  # the critic stays clean
 
 

@@ -60,11 +60,11 @@ def kernel_args(plan: Plan) -> list[KernelArg]:
         ),
     ]
     for k, group in enumerate(plan.observations.values()):
-        width = (group.width,)
-        args.append(KernelArg(_group_arg("obs", k, group.name), "obs", group.name, f32, width))
+        obs = _group_arg("obs", k, group.name)
+        args.append(KernelArg(obs, "obs", group.name, f32, (group.width,)))
         if group.noise:
             noise = _group_arg("noise", k, group.name)
-            args.append(KernelArg(noise, "noise", group.name, f32, width))
+            args.append(KernelArg(noise, "noise", group.name, f32, (group.noise_width,)))
     return args
 
 
@@ -127,9 +127,12 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
             emit(_invoke(call, aliases, arg_names))
         for call in group.noisy_terms():
             obs, noise = arg_names[("obs", group.name)], arg_names[("noise", group.name)]
-            emit(f"# {call.label}: add the owner's noise")
-            emit(f"for c in range({call.col}, {call.col + call.size}):")
-            emit(f"    {obs}[i, c] += {noise}[i, c]")
+            start = group.noise_slices()[call.entry].start
+            emit(
+                f"# {call.label}: add the owner's noise (noise columns {start}:{start + call.size})"
+            )
+            emit(f"for c in range({call.size}):")
+            emit(f"    {obs}[i, {call.col} + c] += {noise}[i, {start} + c]")
 
     lines += [f"        {line}" for line in body]
     return "\n".join(lines) + "\n"

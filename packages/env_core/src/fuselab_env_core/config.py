@@ -42,7 +42,8 @@ class ObservationCfg(TermCfg):
 class ObservationGroupCfg:
     terms: dict[str, ObservationCfg] = field(default_factory=dict)
     noise: bool = False
-    """A noisy group takes a noise array, filled by its owner, that the kernel adds."""
+    """A noisy group takes a noise array, filled by its owner, that the kernel adds: one column
+    per column of its noisy terms (see ObservationGroup.noise_slices)."""
 
 
 @dataclass

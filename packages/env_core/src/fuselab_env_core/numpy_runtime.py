@@ -51,9 +51,9 @@ class NumpyTerms:
                 out[:, call.col : call.col + call.size] = self._checked(
                     call, self._run(call), (call.size,)
                 )
+            noise = group.noise_slices()
             for call in group.noisy_terms():
-                columns = slice(call.col, call.col + call.size)
-                out[:, columns] += b.noise[group.name][:, columns]
+                out[:, call.col : call.col + call.size] += b.noise[group.name][:, noise[call.entry]]
 
     def _run(self, call: TermCall):
         args = [self._value(binding) for binding in call.args]

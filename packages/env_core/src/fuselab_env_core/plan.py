@@ -96,6 +96,19 @@ class ObservationGroup:
         """Terms the kernel adds noise to: whether a term is noisy is structure, its std is not."""
         return tuple(t for t in self.terms if self.noise and t.noise_std > 0)
 
+    def noise_slices(self) -> dict[str, slice]:
+        """Where each noisy term's noise lies in the group's noise array. The array holds the
+        noisy terms' columns only, side by side in group order: no memory for clean columns."""
+        slices, col = {}, 0
+        for t in self.noisy_terms():
+            slices[t.entry] = slice(col, col + t.size)
+            col += t.size
+        return slices
+
+    @property
+    def noise_width(self) -> int:
+        return sum(t.size for t in self.noisy_terms())
+
 
 @dataclass
 class Plan:

@@ -19,7 +19,7 @@ import numpy as np
 from fuselab_env_core.codegen import KernelArg, kernel_args
 from fuselab_env_core.compiler import BuildReport, compile_plan
 from fuselab_env_core.config import TaskTermsCfg
-from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
+from fuselab_env_core.plan import BufferSpec, ObservationGroup, Plan, PlanError, resolve_plan
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class TermBuffers:
         self.termination_terms = np.zeros((n, len(plan.terminations)), np.bool_)
         self.obs = {g.name: np.zeros((n, g.width), np.float32) for g in plan.observations.values()}
         self.noise = {
-            g.name: np.zeros((n, g.width), np.float32)
+            g.name: np.zeros((n, g.noise_width), np.float32)
             for g in plan.observations.values()
             if g.noise
         }
@@ -64,6 +64,7 @@ class FusedTerms:
         self.state = dict(state)
         self.buffers = TermBuffers(plan, self.num_envs)
         self._args = tuple(self._bind(arg) for arg in kernel_args(plan))
+        self._noise_std = {name: noise_std(plan.observations[name]) for name in self.buffers.noise}
 
     @classmethod
     def build(
@@ -133,11 +134,11 @@ class FusedTerms:
         return float(self.buffers.scalars[self.plan.slot(name)])
 
     def sample_noise(self, rng: np.random.Generator) -> None:
-        """Fill the noise of each noisy term with N(0, noise_std); the kernel reads no other."""
+        """Fill each group's noise array with N(0, noise_std) of the term each column belongs to
+        (in place: one draw and one scaling per group, no temporaries)."""
         for name, noise in self.buffers.noise.items():
-            for call in self.plan.observations[name].noisy_terms():
-                columns = noise[:, call.col : call.col + call.size]
-                columns[:] = rng.standard_normal(columns.shape, np.float32) * call.noise_std
+            rng.standard_normal(dtype=np.float32, out=noise)
+            noise *= self._noise_std[name]
 
     # -- binding -----------------------------------------------------------------------------
 
@@ -171,6 +172,14 @@ def prefer_sleeping_omp_threads() -> None:
     if not parallel._is_initialized and "OMP_WAIT_POLICY" not in os.environ:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
         log.info("OMP_WAIT_POLICY=PASSIVE for Numba's threads (set it to override)")
+
+
+def noise_std(group: ObservationGroup) -> np.ndarray:
+    """The std of each column of a group's noise array."""
+    std = np.zeros(group.noise_width, np.float32)
+    for call in group.noisy_terms():
+        std[group.noise_slices()[call.entry]] = call.noise_std
+    return std
 
 
 def state_specs(state: Mapping[str, np.ndarray]) -> dict[str, BufferSpec]:
