@@ -113,6 +113,12 @@ def matrix_first_two_columns(w, x, y, z):
     )
 
 
+@numba.njit(inline="always")
+def matrix_third_column(w, x, y, z):
+    """Column 2 of the rotation matrix of q."""
+    return (2.0 * (x * z + w * y), 2.0 * (y * z - w * x), 1.0 - 2.0 * (x * x + y * y))
+
+
 # -- vectorized NumPy twins ------------------------------------------------------------------
 
 
