@@ -10,7 +10,7 @@ from env_core_test_terms import random_state, terms_cfg
 
 from fuselab_env_core import synthetic
 from fuselab_env_core.numpy_runtime import NumpyTerms
-from fuselab_env_core.plan import PlanError
+from fuselab_env_core.plan import Input, PlanError
 from fuselab_env_core.plan_key import plan_key
 from fuselab_env_core.runtime import FusedTerms
 
@@ -173,3 +173,20 @@ def test_state_buffers_in_another_order_get_another_kernel():
     assert first.report.key != second.report.key
     second()
     np.testing.assert_array_equal(second.buffers.truncated, state["step"] >= 10)
+
+
+def test_kernel_prefetches_the_rows_later_terms_read():
+    """Ahead of each env, the kernel prefetches the state rows that terms after the first one
+    read, and the noise; the first term's rows and rows shorter than a cache line it leaves to
+    the hardware."""
+    state = synthetic.random_state(64, np.random.default_rng(0))
+    fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
+    source = fused.report.source_path.read_text()
+    prefetched = set(re.findall(r"prefetch_row\((\w+), i \+ 2, 0\)", source))
+    calls = fused.plan.terms()
+    reads = [
+        {b.name for b in c.args if isinstance(b, Input) and b.source == "state"} for c in calls
+    ]
+    later = set().union(*reads[1:]) - reads[0]
+    long_rows = {name for name in later if state[name][0].nbytes >= 64}
+    assert long_rows and prefetched == {f"state_{name}" for name in long_rows} | {"noise_0_actor"}

@@ -1,10 +1,10 @@
 """plan_key: a stable hash of everything that changes the generated kernel, and nothing else.
 
-In the key: the schema version, the Python and Numba versions, the code generator's source,
-the source of every term function and of the helpers and global constants it uses, the plan's
-structure, its compile-time constants, and the layouts and dtypes of its buffers. Not in the
-key: float parameter values, reward weights, ``dt``, data array values and ``num_envs`` --
-those are runtime values, so tuning them never recompiles.
+In the key: the schema version, the Python and Numba versions, the code generator's source
+(with its prefetch intrinsic), the source of every term function and of the helpers and global
+constants it uses, the plan's structure, its compile-time constants, and the layouts and dtypes
+of its buffers. Not in the key: float parameter values, reward weights, ``dt``, data array
+values and ``num_envs`` -- those are runtime values, so tuning them never recompiles.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from fuselab_env_core import codegen
+from fuselab_env_core import codegen, prefetch
 from fuselab_env_core.plan import Const, Data, Input, Plan, Slot, TermCall
 from fuselab_env_core.terms import ERROR_MODEL, FASTMATH, Term
 
@@ -33,7 +33,7 @@ def plan_key(plan: Plan) -> str:
         "schema": SCHEMA_VERSION,
         "python": list(sys.version_info[:2]),
         "numba": numba.__version__,
-        "codegen": _digest(inspect.getsource(codegen)),
+        "codegen": _digest(inspect.getsource(codegen) + inspect.getsource(prefetch)),
         "jit_options": [sorted(FASTMATH), ERROR_MODEL],
         # Lists, not dicts: the order of buffers is the order of the kernel's arguments.
         "state": [[n, list(s.shape), s.dtype.str] for n, s in plan.state.items()],
