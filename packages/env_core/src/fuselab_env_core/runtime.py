@@ -177,8 +177,9 @@ def prefer_sleeping_omp_threads() -> None:
 def noise_std(group: ObservationGroup) -> np.ndarray:
     """The std of each column of a group's noise array."""
     std = np.zeros(group.noise_width, np.float32)
+    slices = group.noise_slices()
     for call in group.noisy_terms():
-        std[group.noise_slices()[call.entry]] = call.noise_std
+        std[slices[call.entry]] = call.noise_std
     return std
 
 

@@ -6,8 +6,8 @@ of a step. A second, kinematics-only rollout step would evaluate them, but a MuJ
 its whole pipeline (mass matrix, bias forces, solve) whatever is disabled: on the G1 it cost
 10% of a control step. This pass computes only what the contract reads: the tree walk of
 ``mj_kinematics`` (body frames from the parent frame, the body offset and each joint in turn)
-and the body velocities ``mj_comVel`` implies, at the body origin. ``tests`` compare it with
-MuJoCo for every joint type.
+and the body velocities ``mj_comVel`` implies, at the body origin. The backend's tests compare
+it with MuJoCo for every joint type.
 
 Conventions followed from MuJoCo: hinge and slide joints move by ``qpos - qpos0``; a hinge or
 ball rotates about its anchor ``jnt_pos``; a free joint sets the body frame directly (its
