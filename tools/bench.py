@@ -249,6 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-envs", type=int, default=8192)
     parser.add_argument("--physics-envs", type=int, default=8192, help="N of physics throughput")
     parser.add_argument("--warp-envs", type=int, default=256, help="N of MuJoCo Warp throughput")
+    parser.add_argument(
+        "--warp-sweep",
+        type=int,
+        nargs="+",
+        default=[8, 32, 128],
+        help="N of the MuJoCo Warp step-time sweep (on a GPU: thousands)",
+    )
     parser.add_argument("--walk-envs", type=int, default=8192, help="N of the walk suite")
     parser.add_argument("--walk-steps", type=int, default=100, help="env steps per walk repeat")
     parser.add_argument("--tracking-envs", type=int, default=8192, help="N of the tracking suite")
@@ -270,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     args.quick = bool(args.quick)
     if args.quick:
         args.num_envs, args.warmup, args.measure, args.repeats = 512, 2, 10, 1
-        args.physics_envs, args.warp_envs = 64, 8
+        args.physics_envs, args.warp_envs, args.warp_sweep = 64, 8, [4, 8]
         args.walk_envs, args.walk_steps = 64, 10
         args.tracking_envs, args.tracking_steps = 64, 10
         args.training_envs, args.training_iterations = 64, 2
@@ -290,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             "num_envs": args.num_envs,
             "physics_envs": args.physics_envs,
             "warp_envs": args.warp_envs,
+            "warp_sweep": " ".join(map(str, args.warp_sweep)),
             "walk_envs": args.walk_envs,
             "walk_steps": args.walk_steps,
             "tracking_envs": args.tracking_envs,
