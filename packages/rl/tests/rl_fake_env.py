@@ -21,7 +21,10 @@ class FakeEnv:
     def __init__(self, num_envs: int = 8, episode_steps: int = 10, seed: int = 0):
         self.num_envs = num_envs
         self.step_dt = 0.02
-        self.backend = SimpleNamespace(model=SimpleNamespace(nu=self.action_dim))
+        self.backend = SimpleNamespace(
+            model=SimpleNamespace(nu=self.action_dim), close=self._close_backend
+        )
+        self.backend_closed = False
         self.max_episode_steps = np.full(num_envs, episode_steps, np.int32)
         self.rng = np.random.default_rng(seed)
         self.pos = np.zeros((num_envs, 2), np.float32)
@@ -84,6 +87,9 @@ class FakeEnv:
         self.steps, self.returns = state["steps"].numpy().copy(), state["returns"].numpy().copy()
         self.rng.bit_generator.state = state["rng"]
         self._observe()
+
+    def _close_backend(self) -> None:
+        self.backend_closed = True
 
     def _reset(self, rows: np.ndarray) -> None:
         self.pos[rows] = self.rng.uniform(-0.5, 0.5, (rows.size, 2))

@@ -114,6 +114,14 @@ def test_an_unknown_policy_key_is_named_before_the_env_is_built(monkeypatch, tmp
     assert built == []
 
 
+def test_a_network_setting_torch_rejects_closes_the_env_already_built(monkeypatch, tmp_path):
+    built = use_fake_env(monkeypatch)
+    cfg = compose_config(["task=cartpole", "num_envs=8", "algo.policy.init_noise_std=-1"])
+    with pytest.raises(ValueError, match=r"algo.policy.init_noise_std: expected a positive"):
+        PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
+    assert [env.backend_closed for env in built] == [True]
+
+
 def test_one_iteration_updates_every_parameter_and_reports_the_shared_metric_keys(
     monkeypatch, tmp_path
 ):

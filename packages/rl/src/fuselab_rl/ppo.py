@@ -251,7 +251,15 @@ class PPOTrainer:
             self.action_dim,
             (time.perf_counter() - started) * 1e3,
         )
+        try:
+            self._build_learner(obs, network)
+        except BaseException:  # a network setting torch rejects: the env's threads end here too
+            self.close()
+            raise
 
+    def _build_learner(self, obs: dict[str, np.ndarray], network: dict[str, Any]) -> None:
+        cfg, device = self.cfg, self.device
+        actor_dim, critic_dim = obs["actor"].shape[1], obs["critic"].shape[1]
         started = time.perf_counter()
         torch.manual_seed(cfg.seed)  # the networks' initial weights
         self.generator = torch.Generator().manual_seed(cfg.seed)  # action noise, batch order
