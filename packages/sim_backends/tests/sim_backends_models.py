@@ -38,3 +38,28 @@ def mujoco_body_states(model, qpos, qvel):
             mujoco.mj_objectVelocity(model, data, mujoco.mjtObj.mjOBJ_XBODY, b, velocity, 0)
             ang[i, b], lin[i, b] = velocity[:3], velocity[3:]
     return pos, quat, lin, ang
+
+
+def body_buffers(num_envs, num_bodies):
+    """Zeroed (pos, quat, lin_vel, ang_vel) buffers for copy_body_state_w."""
+    import numpy as np
+
+    return tuple(np.zeros((num_envs, num_bodies, k), np.float32) for k in (3, 4, 3, 3))
+
+
+def state_buffers(model, num_envs):
+    """Zeroed (qpos, qvel) buffers for copy_qpos_qvel."""
+    import numpy as np
+
+    return np.zeros((num_envs, model.nq), np.float32), np.zeros((num_envs, model.nv), np.float32)
+
+
+def assert_body_states_close(got, want, atol):
+    """Body states equal within ``atol``; quaternions compared with w >= 0 (q and -q are one
+    rotation)."""
+    import numpy as np
+
+    for name, g, w in zip(("pos", "quat", "lin_vel", "ang_vel"), got, want, strict=True):
+        if name == "quat":
+            g, w = (np.where(q[..., :1] < 0, -q, q) for q in (g, w))
+        np.testing.assert_allclose(g, w, rtol=0, atol=atol, err_msg=f"body {name}")

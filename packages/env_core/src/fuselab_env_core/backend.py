@@ -99,3 +99,33 @@ def check_buffer(name: str, array: object, shape: tuple[int, ...], dtype=np.floa
     if not array.flags.c_contiguous:
         raise ValueError(f"{name}: expected a C-contiguous array")
     return array
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """An env or substep count: a positive int (a bool or a float is refused)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return int(value)
+
+
+def check_reset(
+    env_ids: object, qpos: object, qvel: object, num_envs: int, nq: int, nv: int
+) -> np.ndarray:
+    """A ``reset_envs`` call, checked whole before a backend writes anything: ``env_ids`` a 1-D
+    integer array of distinct ids in range; ``qpos``/``qvel`` buffers of the contract, one
+    finite row per id. Returns the ids as int64."""
+    if not isinstance(env_ids, np.ndarray) or env_ids.ndim != 1 or env_ids.dtype.kind not in "iu":
+        raise TypeError(f"env_ids: expected a 1-D integer numpy array, got {env_ids!r}")
+    if env_ids.size and (env_ids.min() < 0 or env_ids.max() >= num_envs):
+        raise ValueError(f"env_ids: expected ids in 0..{num_envs - 1}, got {env_ids}")
+    if np.unique(env_ids).size != env_ids.size:
+        raise ValueError(f"env_ids: expected distinct ids, got {env_ids}")
+    for name, array, width in (("qpos", qpos, nq), ("qvel", qvel, nv)):
+        finite = np.isfinite(check_buffer(name, array, (env_ids.size, width))).all(axis=1)
+        if not finite.all():
+            rows = np.flatnonzero(~finite)
+            raise ValueError(
+                f"{name}: expected finite values; rows {rows.tolist()} "
+                f"(env ids {env_ids[rows].tolist()}) are not"
+            )
+    return env_ids.astype(np.int64)

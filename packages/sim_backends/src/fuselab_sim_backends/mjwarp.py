@@ -47,7 +47,7 @@ import mujoco_warp as mjw
 import numpy as np
 import warp as wp
 
-from fuselab_env_core.backend import SimBackend, check_buffer
+from fuselab_env_core.backend import SimBackend, check_buffer, check_positive_int, check_reset
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
@@ -134,13 +134,7 @@ class MjWarpBackend(SimBackend):
     """
 
     def __init__(self, mjcf: str | Path, num_envs: int, device: str | None = None):
-        if (
-            isinstance(num_envs, bool)
-            or not isinstance(num_envs, (int, np.integer))
-            or num_envs < 1
-        ):
-            raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
-        self.num_envs = int(num_envs)
+        self.num_envs = check_positive_int("num_envs", num_envs)
         wp.init()
         wp_device = _resolve_device(device)
         self.device = str(wp_device)
@@ -317,13 +311,7 @@ class MjWarpBackend(SimBackend):
         wp.copy(self._d.ctrl, self._ctrl_h)
 
     def step(self, substeps: int) -> None:
-        if (
-            isinstance(substeps, bool)
-            or not isinstance(substeps, (int, np.integer))
-            or substeps < 1
-        ):
-            raise ValueError(f"substeps: expected a positive int, got {substeps!r}")
-        substeps = int(substeps)
+        substeps = check_positive_int("substeps", substeps)
         first = not self._first_step_logged
         start = time.perf_counter()
         self._launch(("step", substeps), lambda: self._record_steps(substeps))
@@ -342,15 +330,7 @@ class MjWarpBackend(SimBackend):
         self._cleared[:] = False  # no pending copy reads it: every read waits for the device
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
-        ids = self._check_env_ids(env_ids)
-        check_buffer("qpos", qpos, (ids.shape[0], self.model.nq))
-        check_buffer("qvel", qvel, (ids.shape[0], self.model.nv))
-        for name, array in (("qpos", qpos), ("qvel", qvel)):
-            if not np.isfinite(array).all():
-                bad = np.flatnonzero(~np.isfinite(array).all(axis=1))
-                raise ValueError(
-                    f"{name}: expected finite values; rows {bad} (env ids {ids[bad]}) are not"
-                )
+        ids = check_reset(env_ids, qpos, qvel, self.num_envs, self.model.nq, self.model.nv)
         if ids.shape[0] == 0:
             return
         self._wait_for_device()
@@ -441,18 +421,3 @@ class MjWarpBackend(SimBackend):
             wp.copy(host, dev)
         self._wait_for_device()
         self._body_host_stale = False
-
-    def _check_env_ids(self, env_ids: object) -> np.ndarray:
-        if (
-            not isinstance(env_ids, np.ndarray)
-            or env_ids.ndim != 1
-            or not np.issubdtype(env_ids.dtype, np.integer)
-        ):
-            raise TypeError(f"env_ids: expected a 1-D integer numpy array, got {env_ids!r}")
-        if env_ids.size == 0:
-            return env_ids
-        if env_ids.min() < 0 or env_ids.max() >= self.num_envs:
-            raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
-        if np.unique(env_ids).size != env_ids.size:
-            raise ValueError(f"env_ids: expected distinct ids, got {env_ids}")
-        return env_ids

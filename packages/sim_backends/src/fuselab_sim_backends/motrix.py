@@ -51,7 +51,8 @@ Gaps against the contract:
   (a column-permuted view gives garbage): the adapter passes contiguous copies.
 * ``SceneData.reset`` keeps cached solver warm-start and actuator activation state; with
   activation dynamics (e.g. ``dyntype="filter"``) a reset env keeps its activation history.
-  Position and motor actuators have none, so for them a reset is complete.
+  Position and motor actuators have none. The warm start only seeds the solver: a rerun from
+  the same reset differs in the last bits of float32 (not bit-identical, as on MuJoCo).
 * Dynamics differ from MuJoCo's (another solver and contact model): only kinematics match;
   contact forces agree with MuJoCo's in their balance (a robot standing still carries its
   weight) but not contact by contact.
@@ -66,7 +67,13 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from fuselab_env_core.backend import ModelFacts, SimBackend, check_buffer
+from fuselab_env_core.backend import (
+    ModelFacts,
+    SimBackend,
+    check_buffer,
+    check_positive_int,
+    check_reset,
+)
 from fuselab_sim_backends.host_copy import check_body_buffers, check_contact_buffers
 from fuselab_sim_backends.model import load_spec, model_facts
 
@@ -84,11 +91,7 @@ class MotrixBackend(SimBackend):
     """``num_envs`` MotrixSim simulations of one MJCF model (a file path or an XML string)."""
 
     def __init__(self, mjcf: str | Path, num_envs: int) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
-            raise TypeError(f"num_envs: expected an int >= 1, got {num_envs!r}")
-        if num_envs < 1:
-            raise ValueError(f"num_envs: expected an int >= 1, got {num_envs}")
-        self.num_envs = int(num_envs)
+        self.num_envs = check_positive_int("num_envs", num_envs)
 
         mj_model = load_spec(mjcf).compile()
         self.model: ModelFacts = model_facts(mj_model)
@@ -153,28 +156,14 @@ class MotrixBackend(SimBackend):
             self._data.actuator_ctrls = self._ctrl
 
     def step(self, substeps: int) -> None:
-        if isinstance(substeps, bool) or not isinstance(substeps, (int, np.integer)):
-            raise TypeError(f"substeps: expected an int >= 1, got {substeps!r}")
-        if substeps < 1:
-            raise ValueError(f"substeps: expected an int >= 1, got {substeps}")
-        self._mx.step_n(self._data, int(substeps))
+        self._mx.step_n(self._data, check_positive_int("substeps", substeps))
         self._kinematics_stale = True
         self._contact_cleared[:] = False
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
-        ids = self._check_env_ids(env_ids)
-        n = ids.shape[0]
-        check_buffer("qpos", qpos, (n, self.model.nq))
-        check_buffer("qvel", qvel, (n, self.model.nv))
-        if n == 0:
+        ids = check_reset(env_ids, qpos, qvel, self.num_envs, self.model.nq, self.model.nv)
+        if ids.shape[0] == 0:
             return
-        for name, array in (("qpos", qpos), ("qvel", qvel)):
-            bad = ~np.isfinite(array).all(axis=1)
-            if bad.any():
-                raise ValueError(
-                    f"{name}: expected finite values, rows {np.flatnonzero(bad).tolist()} "
-                    f"(envs {ids[bad].tolist()}) are not"
-                )
         dof_pos = qpos[:, self._mj_qpos_col]  # MotrixSim layout, quaternions (x, y, z, w)
         for start in self._quat_starts:
             quat = qpos[:, start : start + 4]
@@ -321,19 +310,6 @@ class MotrixBackend(SimBackend):
                     f"(MotrixSim column of each MuJoCo column: {cols.tolist()})"
                 )
         return qpos_col, qvel_col
-
-    def _check_env_ids(self, env_ids: np.ndarray) -> np.ndarray:
-        if (
-            not isinstance(env_ids, np.ndarray)
-            or env_ids.ndim != 1
-            or not np.issubdtype(env_ids.dtype, np.integer)
-        ):
-            raise TypeError(f"env_ids: expected a 1-D integer array, got {env_ids!r}")
-        if env_ids.size and (env_ids.min() < 0 or env_ids.max() >= self.num_envs):
-            raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
-        if np.unique(env_ids).size != env_ids.size:
-            raise ValueError(f"env_ids: expected distinct ids, got {env_ids}")
-        return env_ids.astype(np.int64)
 
     def _allocate_scratch(self, nbody: int) -> None:
         real = np.dtype(motrixsim.real_dtype())

@@ -37,7 +37,7 @@ import numba
 import numpy as np
 from mujoco import rollout
 
-from fuselab_env_core.backend import SimBackend, check_buffer
+from fuselab_env_core.backend import SimBackend, check_buffer, check_positive_int, check_reset
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
@@ -58,12 +58,10 @@ class MujocoBackend(SimBackend):
     """``num_envs`` copies of one MJCF model, stepped by ``num_threads`` C threads."""
 
     def __init__(self, mjcf: str | Path, num_envs: int, num_threads: int | None = None):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs: expected a positive int, got {num_envs!r}")
-        if num_threads is None:
-            num_threads = os.cpu_count() or 1
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-            raise ValueError(f"num_threads: expected a positive int, got {num_threads!r}")
+        num_envs = check_positive_int("num_envs", num_envs)
+        num_threads = check_positive_int(
+            "num_threads", os.cpu_count() or 1 if num_threads is None else num_threads
+        )
         started = time.perf_counter()
         spec = load_spec(mjcf)
         as_written = spec.compile()
@@ -144,14 +142,7 @@ class MujocoBackend(SimBackend):
         forward_kinematics(self._tree, self._qpos, self._qvel, self._all_envs, self._body_states)
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
-        env_ids = np.asarray(env_ids)
-        count = len(env_ids)
-        if env_ids.ndim != 1 or env_ids.dtype.kind not in "iu":
-            raise TypeError(f"env_ids: expected a 1-D integer array, got {env_ids!r}")
-        if count and (env_ids.min() < 0 or env_ids.max() >= self.num_envs):
-            raise ValueError(f"env_ids: expected ids in 0..{self.num_envs - 1}, got {env_ids}")
-        check_buffer("qpos", qpos, (count, self.model.nq))
-        check_buffer("qvel", qvel, (count, self.model.nv))
+        env_ids = check_reset(env_ids, qpos, qvel, self.num_envs, self.model.nq, self.model.nv)
         m, d = self._physics, self._datas[0]
         for k, env in enumerate(env_ids):
             mujoco.mj_resetData(m, d)
@@ -203,8 +194,7 @@ class MujocoBackend(SimBackend):
     # -- internals -------------------------------------------------------------------------------
 
     def _buffers_for(self, substeps: int):
-        if isinstance(substeps, bool) or not isinstance(substeps, int) or substeps < 1:
-            raise ValueError(f"substeps: expected a positive int, got {substeps!r}")
+        substeps = check_positive_int("substeps", substeps)
         if substeps not in self._substep_buffers:
             n, m = self.num_envs, self._physics
             sensor_out = np.zeros((n, substeps, m.nsensordata))

@@ -150,6 +150,9 @@ class G1WalkFlat(FusedEnv):
 
     def _push(self, env_ids: np.ndarray) -> None:
         qpos, qvel = self.robot.qpos[env_ids], self.robot.qvel[env_ids]
+        finite = np.isfinite(qpos).all(axis=1) & np.isfinite(qvel).all(axis=1)
+        if not finite.all():  # a diverged env is not pushed (a reset refuses its state)
+            env_ids, qpos, qvel = env_ids[finite], qpos[finite], qvel[finite]
         qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
         self.backend.reset_envs(env_ids, qpos, qvel)
 
