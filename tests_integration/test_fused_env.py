@@ -128,6 +128,21 @@ def test_non_finite_action_rows_are_reported_and_reset_alone():
     assert np.isfinite(result.obs["actor"]).all()
 
 
+def test_a_diverged_env_ends_as_a_failure_that_earns_nothing_and_is_reset_alone():
+    env = WalkerStand(episode_length_s=10.0, min_height_m=0.0)
+    actions = np.zeros((N, 6), np.float32)
+    env.step(actions)
+    qpos = env.model.qpos0[None].astype(np.float32)
+    env.backend.reset_envs(np.array([5]), qpos, np.full((1, env.model.nv), 1e30, np.float32))
+    result = env.step(actions)
+    assert list(result.info["non_finite_states"]) == [5]
+    assert result.terminated[5] and not np.delete(result.terminated, 5).any()
+    assert result.reward[5] == 0.0 and np.isfinite(result.reward).all()
+    assert list(result.info["reset_envs"]) == [5]
+    assert np.isfinite(result.obs["actor"]).all()
+    assert list(env.step(actions).info["non_finite_states"]) == []
+
+
 def test_bad_actions_and_misconfigured_time_out_are_named():
     env = WalkerStand()
     with pytest.raises(ValueError, match=r"actions: expected an array of shape \(8, 6\)"):

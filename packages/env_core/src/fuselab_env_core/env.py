@@ -48,7 +48,7 @@ class StepResult:
 
     obs: dict[str, np.ndarray]
     reward: np.ndarray  # (N,) float32
-    terminated: np.ndarray  # (N,) bool: failures (and rows whose actions were not finite)
+    terminated: np.ndarray  # (N,) bool: failures (and rows with non-finite actions or state)
     truncated: np.ndarray  # (N,) bool: time-outs, bootstrap from the terminal observation
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -88,7 +88,8 @@ class FusedEnv:
         self.episode_step = np.zeros(n, np.int32)
         self.max_episode_steps = np.full(n, math.ceil(episode_length_s / self.step_dt), np.int32)
         self._controls = np.zeros((n, nu), np.float32)
-        self._finite = np.ones(n, np.bool_)
+        self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
+        self._state_finite = np.ones(n, np.bool_)  # rows whose physics did not diverge
         robot.update()
         state = {
             **robot.state(),
@@ -148,10 +149,14 @@ class FusedEnv:
         self.backend.step(self.decimation)
         self.robot.update()
         self.episode_step += 1
+        self._check_state()
         self._run_terms()
         b = self.terms.buffers
         np.copyto(self.reward, b.reward)
         np.logical_or(b.terminated, ~self._finite, out=self.terminated)
+        if not self._state_finite.all():  # a diverged env ends as a failure that earns nothing
+            self.terminated |= ~self._state_finite
+            self.reward[~self._state_finite] = 0.0
         np.copyto(self.truncated, b.truncated)
         self.episode_return += self.reward
         info = self._statistics()
@@ -186,6 +191,12 @@ class FusedEnv:
         self._controls += self.default_controls
         self.backend.set_controls(self._controls)
 
+    def _check_state(self) -> None:
+        """Rows whose physics state went non-finite (a diverged simulation; the backends leave
+        such rows as they are until a reset)."""
+        np.isfinite(self.robot.qvel).all(axis=1, out=self._state_finite)
+        self._state_finite &= np.isfinite(self.robot.qpos).all(axis=1)
+
     def _run_terms(self) -> None:
         self.terms.sample_noise(self.rng)
         self.terms()
@@ -217,6 +228,7 @@ class FusedEnv:
                 for k, c in enumerate(plan.terminations)
             },
             "non_finite_actions": np.flatnonzero(~self._finite),
+            "non_finite_states": np.flatnonzero(~self._state_finite),
         }
 
 

@@ -156,8 +156,9 @@ class MujocoBackend(SimBackend):
         nq, nv = self.model.nq, self.model.nv
         check_buffer("out_qpos", out_qpos, (self.num_envs, nq))
         check_buffer("out_qvel", out_qvel, (self.num_envs, nv))
-        np.copyto(out_qpos, self._state[:, 1 : 1 + nq], casting="same_kind")
-        np.copyto(out_qvel, self._state[:, 1 + nq : 1 + nq + nv], casting="same_kind")
+        with np.errstate(over="ignore"):  # a diverged env reads inf; the env reports it
+            np.copyto(out_qpos, self._state[:, 1 : 1 + nq], casting="same_kind")
+            np.copyto(out_qvel, self._state[:, 1 + nq : 1 + nq + nv], casting="same_kind")
 
     def copy_body_state_w(self, body_ids, out_pos, out_quat, out_lin_vel, out_ang_vel) -> None:
         check_body_buffers(
