@@ -20,7 +20,7 @@ import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
 from fuselab_envs.registry import _terms
-from fuselab_envs.tasks.g1_walk_flat import with_robot_arrays
+from fuselab_envs.tasks.g1_common import with_robot_arrays
 
 # The NumPy twins of the task's terms are test oracles; the benchmark borrows them from there.
 sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "envs" / "tests"))
@@ -33,7 +33,7 @@ def bench_tracking(args) -> dict:
     env = fuselab_envs.make("g1_motion_tracking", num_envs=n, backend="mujoco")
     terms = with_robot_arrays(
         _terms(fuselab_envs.compose("g1_motion_tracking")),
-        {**env.robot_arrays(), **env.motion_arrays},
+        {**env.robot_arrays, **env.motion_arrays},
     )
     one_thread = FusedTerms.build(terms, env.terms.state, dt=env.step_dt, num_threads=1)
     oracle = NumpyTerms(env.terms.plan, env.terms.state)

@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
-from fuselab_envs.tasks.g1_walk_flat import with_robot_arrays
+from fuselab_envs.tasks.g1_common import with_robot_arrays
 
 N_RANDOM = 256
 FRAMES, BODIES, JOINTS = 40, 14, 29

@@ -29,9 +29,9 @@ from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import FusedEnv
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
-from fuselab_envs.g1 import ACTION_SCALE, DEFAULT_JOINT_POS
+from fuselab_envs.g1 import ACTION_SCALE
 from fuselab_envs.motion import MotionClip
-from fuselab_envs.tasks.g1_walk_flat import soft_joint_limits, with_robot_arrays
+from fuselab_envs.tasks.g1_common import g1_robot_arrays, joint_array, with_robot_arrays
 
 log = logging.getLogger(__name__)
 
@@ -146,18 +146,19 @@ class G1MotionTracking(FusedEnv):
         self._root_ang_vel = motion.body_ang_vel_w[:, root]
 
         self.motion_frame = np.zeros(n, np.int32)
-        self.default_pose = np.array([DEFAULT_JOINT_POS[j] for j in facts.joint_names], np.float32)
+        self.robot_arrays = g1_robot_arrays(facts)
+        self.default_pose = self.robot_arrays["default_joint_pos"]
         self.num_bins = max(1, math.ceil(self.num_frames * step_dt / self.sampling.bin_s))
         self.bin_failures = np.zeros(self.num_bins, np.float64)  # running average per bin
         self._failed_in_bin = np.zeros(self.num_bins, np.float64)
         super().__init__(
             backend,
             Entity(backend, TRACKED_BODIES, contact_body_names=CONTACT_BODIES),
-            with_robot_arrays(terms, {**self.robot_arrays(), **self.motion_arrays}),
+            with_robot_arrays(terms, {**self.robot_arrays, **self.motion_arrays}),
             decimation=decimation,
             episode_length_s=episode_length_s,
             default_controls=self.default_pose,
-            action_scale=np.array([ACTION_SCALE[j] for j in facts.joint_names], np.float32),
+            action_scale=joint_array(ACTION_SCALE, facts),
             extra_state={"motion_frame": self.motion_frame},
             num_threads=num_threads,
             seed=seed,
@@ -172,12 +173,6 @@ class G1MotionTracking(FusedEnv):
             self.sampling.mode,
             clip_end,
         )
-
-    def robot_arrays(self) -> dict[str, np.ndarray]:
-        return {
-            **soft_joint_limits(self.facts.joint_ranges),
-            "default_joint_pos": self.default_pose,
-        }
 
     # -- the reference --------------------------------------------------------------------------
 

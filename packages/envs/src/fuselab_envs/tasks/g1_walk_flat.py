@@ -21,7 +21,8 @@ import fuselab_envs.terms.velocity  # noqa: F401
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import FusedEnv
-from fuselab_envs.g1 import ACTION_SCALE, DEFAULT_JOINT_POS, STANDING_PELVIS_HEIGHT
+from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
+from fuselab_envs.tasks.g1_common import g1_robot_arrays, joint_array, with_robot_arrays
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,6 @@ CONTACT_BODIES = (
     "left_wrist_yaw_link",
     "right_wrist_yaw_link",
 )
-SOFT_LIMIT_FRACTION = 0.9  # joint_pos_limits penalizes the outer 10% of each range
 
 
 @dataclass
@@ -75,7 +75,11 @@ class G1WalkFlat(FusedEnv):
         self.commands = commands or CommandCfg()
         self.events = events or EventCfg()
         self.facts = facts
-        self.default_pose = np.array([DEFAULT_JOINT_POS[j] for j in facts.joint_names], np.float32)
+        self.robot_arrays = {
+            **g1_robot_arrays(facts),
+            "weights": np.ones(len(facts.joint_names), np.float32),
+        }
+        self.default_pose = self.robot_arrays["default_joint_pos"]
         self.command = np.zeros((n, 3), np.float32)
         step_dt = facts.physics_dt * decimation
         self._resample_steps = max(1, round(self.commands.resample_s / step_dt))
@@ -90,24 +94,15 @@ class G1WalkFlat(FusedEnv):
         super().__init__(
             backend,
             Entity(backend, BODIES, contact_body_names=CONTACT_BODIES),
-            with_robot_arrays(terms, self.robot_arrays()),
+            with_robot_arrays(terms, self.robot_arrays),
             decimation=decimation,
             episode_length_s=episode_length_s,
             default_controls=self.default_pose,
-            action_scale=np.array([ACTION_SCALE[j] for j in facts.joint_names], np.float32),
+            action_scale=joint_array(ACTION_SCALE, facts),
             extra_state={"command": self.command},
             num_threads=num_threads,
             seed=seed,
         )
-
-    def robot_arrays(self) -> dict[str, np.ndarray]:
-        """Array parameters the config leaves to the robot: soft joint limits, default pose,
-        joint weights."""
-        return {
-            **soft_joint_limits(self.facts.joint_ranges),
-            "default_joint_pos": self.default_pose,
-            "weights": np.ones(len(self.facts.joint_names), np.float32),
-        }
 
     # -- FusedEnv hooks ----------------------------------------------------------------------------
 
@@ -155,48 +150,3 @@ class G1WalkFlat(FusedEnv):
             env_ids, qpos, qvel = env_ids[finite], qpos[finite], qvel[finite]
         qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
         self.backend.reset_envs(env_ids, qpos, qvel)
-
-
-def soft_joint_limits(joint_ranges: np.ndarray) -> dict[str, np.ndarray]:
-    """``lower`` and ``upper``: the middle SOFT_LIMIT_FRACTION of each joint's range."""
-    low, high = joint_ranges[:, 0], joint_ranges[:, 1]
-    middle, half = (low + high) / 2, (high - low) / 2 * SOFT_LIMIT_FRACTION
-    return {
-        "lower": (middle - half).astype(np.float32),
-        "upper": (middle + half).astype(np.float32),
-    }
-
-
-def with_robot_arrays(terms: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict:
-    """A copy of ``terms`` whose entries get the robot's arrays for the parameters they name
-    in ``robot_arrays: [name, ...]`` (YAML cannot hold per-joint arrays of a model)."""
-    filled = {}
-    for section, entries in terms.items():
-        if section == "observations":
-            filled[section] = {
-                group: {
-                    **spec,
-                    "terms": _fill(f"observations.{group}", spec.get("terms", {}), arrays),
-                }
-                for group, spec in entries.items()
-            }
-        else:
-            filled[section] = _fill(section, entries, arrays)
-    return filled
-
-
-def _fill(where: str, entries: Mapping[str, Any], arrays: Mapping[str, np.ndarray]) -> dict:
-    filled = {}
-    for name, spec in entries.items():
-        spec = dict(spec or {})
-        wanted = spec.pop("robot_arrays", [])
-        params = dict(spec.get("params") or {})
-        for array in wanted:
-            if array not in arrays:
-                raise KeyError(
-                    f"{where}.{name}.robot_arrays: unknown robot array {array!r}; "
-                    f"the robot provides: {', '.join(sorted(arrays))}"
-                )
-            params[array] = arrays[array]
-        filled[name] = {**spec, "params": params}
-    return filled
