@@ -8,7 +8,9 @@ can implement it for anything else. Conventions, for every backend:
 * quaternions are (w, x, y, z); velocities are in the world frame; a body's linear velocity is
   that of its origin (not of its centre of mass);
 * bodies and joints are addressed by index in the model's order (MuJoCo's depth-first body
-  order); names are resolved once, on the cold path, by :class:`fuselab_env_core.entity.Entity`.
+  order); names are resolved once, on the cold path, by :class:`fuselab_env_core.entity.Entity`;
+* bad input raises before anything is written: :func:`check_buffer`, :func:`check_reset` and
+  :func:`check_positive_int` give every implementation the same errors.
 """
 
 from __future__ import annotations
@@ -102,7 +104,7 @@ def check_buffer(name: str, array: object, shape: tuple[int, ...], dtype=np.floa
 
 
 def check_positive_int(name: str, value: object) -> int:
-    """An env or substep count: a positive int (a bool or a float is refused)."""
+    """A count (envs, substeps, threads): a positive int; a bool or a float is refused."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
     return int(value)
