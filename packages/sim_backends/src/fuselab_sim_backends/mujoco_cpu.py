@@ -60,7 +60,7 @@ class MujocoBackend(SimBackend):
     def __init__(self, mjcf: str | Path, num_envs: int, num_threads: int | None = None):
         num_envs = check_positive_int("num_envs", num_envs)
         num_threads = check_positive_int(
-            "num_threads", os.cpu_count() or 1 if num_threads is None else num_threads
+            "num_threads", (os.cpu_count() or 1) if num_threads is None else num_threads
         )
         started = time.perf_counter()
         spec = load_spec(mjcf)

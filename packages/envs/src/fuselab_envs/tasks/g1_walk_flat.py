@@ -144,9 +144,7 @@ class G1WalkFlat(FusedEnv):
         self._steps_to_resample[env_ids] = self._resample_steps
 
     def _push(self, env_ids: np.ndarray) -> None:
+        env_ids = env_ids[~self.terminated[env_ids]]  # reset this step anyway (diverged ones too)
         qpos, qvel = self.robot.qpos[env_ids], self.robot.qvel[env_ids]
-        finite = np.isfinite(qpos).all(axis=1) & np.isfinite(qvel).all(axis=1)
-        if not finite.all():  # a diverged env is not pushed (a reset refuses its state)
-            env_ids, qpos, qvel = env_ids[finite], qpos[finite], qvel[finite]
         qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
         self.backend.reset_envs(env_ids, qpos, qvel)
