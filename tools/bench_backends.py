@@ -67,8 +67,8 @@ def _copy(args) -> dict:
         for buffer, raw in zip(out, getters, strict=True):
             buffer[:] = np.take(np.array(raw, np.float32), ids, axis=1)
 
-    # The floor any copy of these states meets: one plain copy of as many bytes as the buffers
-    # hold (NumPy, one thread), timed in the same interleaved loop so it sees the same caches.
+    # A reference for both: one plain copy of as many bytes as the buffers hold (NumPy, one
+    # thread), timed in the same interleaved loop so it sees the same caches.
     source, target = (np.ones(sum(b.size for b in out), np.float32) for _ in range(2))
 
     ms = time_side_by_side(
