@@ -80,7 +80,7 @@ def bench_core(args) -> dict:
         "build_ms": (time.perf_counter() - started) * 1e3,
         "compiles": int(tuned.report.compiled),
         "cache": tuned.report.cache,
-        "same_kernel": tuned.kernel is fused.kernel,
+        "same_kernel": tuned.kernels is fused.kernels,
         "goal_ms": 5.0,
     }
 

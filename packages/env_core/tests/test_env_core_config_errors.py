@@ -118,7 +118,7 @@ def test_state_buffer_of_the_wrong_shape_or_dtype_is_named():
         PlanError,
         match=r"state buffer 'vel': expected shape \(4, 3\) and dtype float32, got \(4, 2\) float32",
     ):
-        FusedTerms(fused.plan, fused.kernel, fused.report, bad)
+        FusedTerms(fused.plan, fused.kernels, fused.report, bad)
     mixed = dict(STATE, step=np.zeros(5, np.int32))
     with pytest.raises(PlanError, match="must share a leading num_envs"):
         FusedTerms.build(terms_cfg(), mixed, dt=0.02)

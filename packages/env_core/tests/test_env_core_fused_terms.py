@@ -78,7 +78,7 @@ def test_float_variants_share_one_kernel_and_compute_their_own_values():
         terms_cfg(std=0.9, weight=-3.5, limit=0.7, scale=2.5), state, dt=0.005
     )
     assert variant.report.key == base.report.key == plan_key(variant.plan)
-    assert variant.kernel is base.kernel
+    assert variant.kernels is base.kernels
     assert variant.report.cache == "in-process" and not variant.report.compiled
     for fused in (base, variant):
         oracle = NumpyTerms(fused.plan, state)

@@ -36,7 +36,7 @@ common.flat_orientation_l2.numpy(lambda g: g[:, 0] ** 2 + g[:, 1] ** 2)
 common.lin_vel_z_l2.numpy(lambda v: v[:, 2] ** 2)
 common.ang_vel_xy_l2.numpy(lambda w: w[:, 0] ** 2 + w[:, 1] ** 2)
 common.action_rate_l2.numpy(lambda a, last: np.sum((a - last) ** 2, axis=1))
-common.joint_deviation_l1.numpy(lambda q, q0, w: np.sum(w * np.abs(q - q0), axis=1))
+common.joint_deviation_l1.numpy(lambda q, q0: np.sum(np.abs(q - q0), axis=1))
 common.joint_pos_limits.numpy(
     lambda q, lower, upper: np.sum(np.maximum(lower - q, 0) + np.maximum(q - upper, 0), axis=1)
 )
@@ -58,14 +58,14 @@ velocity.track_ang_vel_z_exp.numpy(
 velocity.velocity_command.numpy(lambda c: c)
 
 
-def _feet_slip(force, lin_vel, num_feet, first_foot_body, threshold):
-    feet = lin_vel[:, first_foot_body : first_foot_body + num_feet, :2]
-    touching = force[:, :num_feet, 2] > threshold
+def _feet_slip(force, lin_vel, foot_contacts, foot_bodies, threshold):
+    feet = lin_vel[:, list(foot_bodies), :2]
+    touching = force[:, list(foot_contacts), 2] > threshold
     return np.sum(np.sum(feet**2, axis=-1) * touching, axis=1)
 
 
-def _foot_clearance(pos, lin_vel, num_feet, first_foot_body, target):
-    feet = slice(first_foot_body, first_foot_body + num_feet)
+def _foot_clearance(pos, lin_vel, foot_bodies, target):
+    feet = list(foot_bodies)
     speed = np.linalg.norm(lin_vel[:, feet, :2], axis=-1)
     return np.sum((pos[:, feet, 2] - target) ** 2 * np.tanh(2.0 * speed), axis=1)
 
@@ -73,18 +73,18 @@ def _foot_clearance(pos, lin_vel, num_feet, first_foot_body, target):
 contacts.feet_slip.numpy(_feet_slip)
 contacts.foot_clearance.numpy(_foot_clearance)
 contacts.undesired_contacts.numpy(
-    lambda force, num_feet, threshold: np.sum(
-        np.linalg.norm(force[:, num_feet:], axis=-1) > threshold, axis=1
+    lambda force, bodies, threshold: np.sum(
+        np.linalg.norm(force[:, list(bodies)], axis=-1) > threshold, axis=1
     ).astype(np.float32)
 )
 contacts.feet_contact.numpy(
-    lambda force, num_feet, threshold: (force[:, :num_feet, 2] > threshold).astype(np.float32)
+    lambda force, feet, threshold: (force[:, list(feet), 2] > threshold).astype(np.float32)
 )
 
 
 @contacts.feet_air_timer.numpy
-def _(force, dt, air_time, last_air_time, first_contact, num_feet, threshold):
-    touching = force[:, :num_feet, 2] > threshold
+def _(force, dt, air_time, last_air_time, first_contact, feet, threshold):
+    touching = force[:, list(feet), 2] > threshold
     landed = touching & (air_time > 0)
     first_contact[:] = landed
     last_air_time[:] = np.where(landed, air_time + dt, last_air_time)
@@ -100,18 +100,20 @@ def _(first_contact, last_air_time, command, threshold_s, min_command):
 # -- motion tracking ------------------------------------------------------------------------------
 
 
-@tracking.motion_reference.numpy
-def _(
-    frame, pos, quat, yaw, anchor_pos_b, anchor_ori_b, sin_half, cos_half, clip_pos, clip_quat, a
-):
+@tracking.motion_anchor_frame.numpy
+def _(frame, pos, quat, clip_pos, clip_quat, yaw, anchor_pos_b, anchor_ori_b, a):
     robot_q, ref_q = quat[:, a], clip_quat[frame, a]
     delta = np_quat_mul(np_yaw_quat(robot_q), np_quat_conjugate(np_yaw_quat(ref_q)))
     yaw[:] = delta[:, [0, 3]]
-    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(delta[:, None], clip_quat[frame]))
-    sin_half[:] = np.linalg.norm(error[..., 1:], axis=-1)
-    cos_half[:] = np.abs(error[..., 0])
     anchor_pos_b[:] = np_quat_apply_inverse(robot_q, clip_pos[frame, a] - pos[:, a])
     anchor_ori_b[:] = np_matrix_first_two_columns(np_quat_mul(np_quat_conjugate(robot_q), ref_q))
+
+
+@tracking.motion_body_ori_errors.numpy
+def _(frame, quat, clip_quat, yaw, sin_half, cos_half):
+    error = np_quat_mul(np_quat_conjugate(quat), np_quat_mul(_yaw(yaw), clip_quat[frame]))
+    sin_half[:] = np.linalg.norm(error[..., 1:], axis=-1)
+    cos_half[:] = np.abs(error[..., 0])
 
 
 def _yaw(yaw):
@@ -173,7 +175,8 @@ tracking.motion_anchor_ori_error.numpy(
 )
 tracking.motion_body_height_error.numpy(
     lambda frame, pos, clip_pos, ids, threshold: np.any(
-        np.abs(clip_pos[frame[:, None], ids, 2] - pos[:, ids, 2]) > threshold, axis=-1
+        np.abs(clip_pos[frame[:, None], list(ids), 2] - pos[:, list(ids), 2]) > threshold,
+        axis=-1,
     )
 )
 tracking.motion_command.numpy(lambda f, q, qd: np.concatenate([q[f], qd[f]], axis=-1))

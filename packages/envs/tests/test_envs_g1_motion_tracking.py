@@ -9,7 +9,7 @@ from omegaconf import OmegaConf
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
-from fuselab_envs.tasks.g1_common import with_robot_arrays
+from fuselab_envs.tasks.g1_motion_tracking import CONTACT_BODIES, TRACKED_BODIES
 
 N_RANDOM = 256
 FRAMES, BODIES, JOINTS = 40, 14, 29
@@ -75,17 +75,19 @@ def random_tracking_state(rng, clip, n=N_RANDOM):
 
 
 def tracking_terms(clip):
+    """The task's terms, and what the env gives them: task arrays and body names."""
     cfg = fuselab_envs.compose("g1_motion_tracking")
     terms = {
-        s: OmegaConf.to_container(cfg[s])
+        s: OmegaConf.to_container(cfg[s], resolve=True)
         for s in ("preamble", "rewards", "terminations", "observations")
     }
     robot = {
-        "lower": np.full(JOINTS, -0.8, np.float32),
-        "upper": np.full(JOINTS, 0.8, np.float32),
+        "soft_joint_pos_lower": np.full(JOINTS, -0.8, np.float32),
+        "soft_joint_pos_upper": np.full(JOINTS, 0.8, np.float32),
         "default_joint_pos": np.random.default_rng(7).normal(0, 0.3, JOINTS).astype(np.float32),
     }
-    return with_robot_arrays(terms, {**robot, **clip})
+    names = {"body_names": TRACKED_BODIES, "contact_body_names": CONTACT_BODIES}
+    return terms, {"arrays": {**robot, **clip}, "names": names}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -93,7 +95,8 @@ def test_every_term_matches_its_numpy_twin(seed):
     rng = np.random.default_rng(seed)
     clip = random_clip(rng)
     state = random_tracking_state(rng, clip)
-    fused = FusedTerms.build(tracking_terms(clip), state, dt=0.02)
+    terms, bound = tracking_terms(clip)
+    fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
     fused.sample_noise(rng)
     oracle.buffers.noise["actor"][:] = fused.buffers.noise["actor"]

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
-from fuselab_envs.tasks.g1_common import with_robot_arrays
+from fuselab_envs.tasks.g1_walk_flat import BODIES, CONTACT_BODIES
 
 N_RANDOM = 256
 
@@ -35,26 +35,28 @@ def random_walk_state(rng, n=N_RANDOM, joints=29):
 
 
 def walk_terms(overrides=()):
+    """The task's terms, and what the env gives them: task arrays and body names."""
     cfg = fuselab_envs.compose("g1_walk_flat", overrides)
     terms = {
-        s: OmegaConf.to_container(cfg[s])
+        s: OmegaConf.to_container(cfg[s], resolve=True)
         for s in ("preamble", "rewards", "terminations", "observations")
     }
     joints = 29
     arrays = {
-        "lower": np.full(joints, -1.0, np.float32),
-        "upper": np.full(joints, 1.0, np.float32),
-        "weights": np.linspace(0.5, 1.5, joints).astype(np.float32),
+        "soft_joint_pos_lower": np.full(joints, -1.0, np.float32),
+        "soft_joint_pos_upper": np.full(joints, 1.0, np.float32),
         "default_joint_pos": np.random.default_rng(7).normal(0, 0.3, joints).astype(np.float32),
     }
-    return with_robot_arrays(terms, arrays)
+    names = {"body_names": BODIES, "contact_body_names": CONTACT_BODIES}
+    return terms, {"arrays": arrays, "names": names}
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_term_matches_its_numpy_twin(seed):
     rng = np.random.default_rng(seed)
     state = random_walk_state(rng)
-    fused = FusedTerms.build(walk_terms(), state, dt=0.02)
+    terms, bound = walk_terms()
+    fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
     fused.sample_noise(rng)
     oracle.buffers.noise["actor"][:] = fused.buffers.noise["actor"]

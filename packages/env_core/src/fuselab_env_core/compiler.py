@@ -1,4 +1,5 @@
-"""Compile a plan into its fused kernel, through an in-process and an on-disk cache.
+"""Compile a plan into its fused kernels (``score``, ``observe``), through an in-process and
+an on-disk cache.
 
 The pipeline, one logged step each: key -> classify (in-process / disk / miss) -> generate
 -> compile or load. The disk cache is one directory per plan key under the cache root
@@ -21,12 +22,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numba
 from numba import types as nbtypes
 
-from fuselab_env_core.codegen import KERNEL_NAME, generate_kernel_source, kernel_args
+from fuselab_env_core.codegen import (
+    KERNEL_NAMES,
+    OBSERVE_KERNEL,
+    generate_kernel_source,
+    kernel_args,
+)
 from fuselab_env_core.plan import Plan
 from fuselab_env_core.plan_key import plan_key
 
@@ -34,7 +40,15 @@ log = logging.getLogger(__name__)
 
 CacheState = Literal["in-process", "disk", "miss"]
 
-_IN_PROCESS: dict[str, Any] = {}  # plan key -> compiled Numba dispatcher
+
+class FusedKernels(NamedTuple):
+    """The two entry points of a plan's module (Numba dispatchers), see codegen."""
+
+    score: Any
+    observe: Any
+
+
+_IN_PROCESS: dict[str, FusedKernels] = {}  # plan key -> compiled kernels
 
 
 @dataclass
@@ -60,15 +74,17 @@ def cache_root() -> Path:
     return Path(base) / "fuselab"
 
 
-def kernel_signature(plan: Plan) -> tuple:
-    """Numba argument types of the plan's kernel, known before any buffer exists."""
-    return tuple(
+def kernel_signature(plan: Plan, kernel: str) -> tuple:
+    """Numba argument types of one of the plan's kernels, known before any buffer exists
+    (``observe`` takes the env rows to observe first)."""
+    shared = tuple(
         nbtypes.Array(numba.from_dtype(arg.dtype), arg.ndim, "C") for arg in kernel_args(plan)
     )
+    return (nbtypes.Array(nbtypes.intp, 1, "C"), *shared) if kernel == OBSERVE_KERNEL else shared
 
 
 def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
-    """Return the plan's compiled kernel and a :class:`BuildReport`."""
+    """Return the plan's compiled :class:`FusedKernels` and a :class:`BuildReport`."""
     timings = {} if timings is None else timings
     started = time.perf_counter()
     key = plan_key(plan)
@@ -86,7 +102,7 @@ def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
     log.info("generate: %.1f ms (%d lines)", timings["generate"], source.count("\n"))
 
     started = time.perf_counter()
-    kernel, cache = _classify(source_path, source)
+    kernels, cache = _classify(source_path, source)
     timings["classify"] = _ms_since(started)
     if cache == "disk":
         log.info("plan %s: disk cache (%s), classify %.1f ms", key, directory, timings["classify"])
@@ -98,20 +114,20 @@ def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
             len(plan.terms()),
         )
 
-    signature = kernel_signature(plan)
-    kernel, compiled = _compile_or_load(kernel, signature, source_path, source, cache, timings)
+    kernels, compiled = _compile_or_load(plan, kernels, source_path, source, cache, timings)
     if cache == "disk" and compiled:
-        log.warning("plan %s: Numba's disk cache was stale; kernel recompiled", key)
+        log.warning("plan %s: Numba's disk cache was stale; kernels recompiled", key)
         cache = "miss"
-    _IN_PROCESS[key] = kernel
-    return kernel, BuildReport(key, cache, compiled, source_path, timings)
+    _IN_PROCESS[key] = kernels
+    return kernels, BuildReport(key, cache, compiled, source_path, timings)
 
 
 # -- disk cache -----------------------------------------------------------------------------
 
 
-def _classify(source_path: Path, source: str) -> tuple[Any, CacheState]:
-    """Make sure the generated module on disk is ``source``; say whether Numba's cache exists."""
+def _classify(source_path: Path, source: str) -> tuple[FusedKernels, CacheState]:
+    """Make sure the generated module on disk is ``source``; say whether Numba's cache of both
+    kernels exists."""
     if source_path.exists():
         try:
             on_disk = source_path.read_text()
@@ -121,16 +137,18 @@ def _classify(source_path: Path, source: str) -> tuple[Any, CacheState]:
             log.warning("corrupt or stale generated kernel %s: removed, rebuilding", source_path)
             _remove_kernel_files(source_path)
     _write_atomically(source_path, source)
-    kernel = _import_kernel(source_path)
-    has_index = any(_numba_cache_files(kernel, source_path, "*.nbi"))
-    return kernel, "disk" if has_index else "miss"
+    kernels = _import_kernels(source_path)
+    indexed = all(any(_numba_cache_files(k, source_path, "*.nbi")) for k in kernels)
+    return kernels, "disk" if indexed else "miss"
 
 
-def _compile_or_load(kernel, signature, source_path, source, cache, timings) -> tuple[Any, bool]:
+def _compile_or_load(
+    plan: Plan, kernels: FusedKernels, source_path: Path, source: str, cache, timings
+) -> tuple[FusedKernels, bool]:
     step = "load" if cache == "disk" else "compile"
     started = time.perf_counter()
     try:
-        kernel.compile(signature)
+        _compile(plan, kernels)
     except Exception as error:  # noqa: BLE001 - a broken cache must never crash a build
         if cache != "disk":
             raise
@@ -140,35 +158,40 @@ def _compile_or_load(kernel, signature, source_path, source, cache, timings) -> 
             type(error).__name__,
             error,
         )
-        _remove_kernel_files(source_path, kernel)
+        _remove_kernel_files(source_path, kernels)
         _write_atomically(source_path, source)
-        kernel = _import_kernel(source_path)
+        kernels = _import_kernels(source_path)
         step = "compile"
-        kernel.compile(signature)
-    compiled = sum(kernel.stats.cache_misses.values()) > 0
+        _compile(plan, kernels)
+    compiled = any(sum(k.stats.cache_misses.values()) > 0 for k in kernels)
     step = "compile" if compiled else step
     timings[step] = _ms_since(started)
     log.info("%s: %.1f ms", step, timings[step])
-    return kernel, compiled
+    return kernels, compiled
 
 
-def _import_kernel(source_path: Path):
+def _compile(plan: Plan, kernels: FusedKernels) -> None:
+    for name, kernel in zip(KERNEL_NAMES, kernels, strict=True):
+        kernel.compile(kernel_signature(plan, name))
+
+
+def _import_kernels(source_path: Path) -> FusedKernels:
     name = f"fuselab_kernel_{source_path.stem}"
     spec = importlib.util.spec_from_file_location(name, source_path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return getattr(module, KERNEL_NAME)
+    return FusedKernels(*(getattr(module, kernel) for kernel in KERNEL_NAMES))
 
 
 def _numba_cache_files(kernel, source_path: Path, pattern: str):
     cache_dir = Path(kernel.stats.cache_path)
-    return cache_dir.glob(f"{source_path.stem}.{KERNEL_NAME}-{pattern}")
+    return cache_dir.glob(f"{source_path.stem}.{kernel.py_func.__name__}-{pattern}")
 
 
-def _remove_kernel_files(source_path: Path, kernel=None) -> None:
-    if kernel is not None:
+def _remove_kernel_files(source_path: Path, kernels: FusedKernels | None = None) -> None:
+    for kernel in kernels or ():
         for path in _numba_cache_files(kernel, source_path, "*"):
             path.unlink(missing_ok=True)
     source_path.unlink(missing_ok=True)

@@ -1,16 +1,24 @@
 """FusedEnv: the batched env lifecycle on a SimBackend, an Entity and fused terms.
 
-One :meth:`FusedEnv.step`, in DESIGN.md's order::
+One :meth:`FusedEnv.step`, in DESIGN.md's order (mjlab's: rewards and terminations, resets,
+commands and events, observations)::
 
     apply actions -> physics substeps (decimation) -> fused copy of the bound body states
-    -> fused update_state kernel (preamble, rewards, terminations, observations)
-    -> failure statistics -> reference advance (hook) -> reset of done envs, keeping the
-    terminal observation of each reset row -> observations
+    -> score (fused: preamble, rewards, terminations) -> failure statistics
+    -> advance (hook: commands, motion frame, clip end, events)
+    -> observe the done rows (their terminal observations) -> reset the done rows
+    -> body copy, if advance or a reset wrote physics state -> observe every row
+
+so a row's observation never depends on what other rows do in the step: it always shows the
+state after advance (the next command, the next reference frame), whether or not another row
+reset. Two full kernel passes a step (score, observe) plus the done rows' terminal pass.
 
 A task subclasses it for what is task-specific: the reset state (:meth:`reset_state`), and
 optionally commands or a motion reference (:meth:`advance`, :meth:`on_reset`); it sets what
-those hooks need before calling ``FusedEnv.__init__``, which resets every env. Everything
-per env runs in the backend and the fused kernel; the Python here touches whole arrays only.
+those hooks need before calling ``FusedEnv.__init__``, which resets every env. Its named task
+arrays (default pose, joint limits, a clip's frames) go to ``arrays``: terms read them by name.
+Everything per env runs in the backend and the fused kernels; the Python here touches whole
+arrays only.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ class FusedEnv:
         default_controls: np.ndarray,
         action_scale: np.ndarray,
         extra_state: Mapping[str, np.ndarray] | None = None,
+        arrays: Mapping[str, np.ndarray] | None = None,
         num_threads: int | None = None,
         seed: int = 0,
     ):
@@ -90,6 +99,8 @@ class FusedEnv:
         self._controls = np.zeros((n, nu), np.float32)
         self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
         self._state_finite = np.ones(n, np.bool_)  # rows whose physics did not diverge
+        self._done = np.zeros(n, np.bool_)
+        self._bodies_stale = False  # physics state written since the last body copy
         robot.update()
         state = {
             **robot.state(),
@@ -99,7 +110,19 @@ class FusedEnv:
             "max_episode_steps": self.max_episode_steps,
             **(extra_state or {}),
         }
-        self.terms = FusedTerms.build(terms, state, dt=self.step_dt, num_threads=num_threads)
+        # What body parameters of terms resolve against: the rows of the entity's buffers.
+        self.name_tables = {
+            "body_names": robot.body_names,
+            "contact_body_names": robot.contact_body_names,
+        }
+        self.terms = FusedTerms.build(
+            terms,
+            state,
+            dt=self.step_dt,
+            num_threads=num_threads,
+            arrays=arrays,
+            names=self.name_tables,
+        )
         for call in self.terms.plan.terminations:
             if call.term is time_out and not call.time_out:
                 raise ValueError(
@@ -113,6 +136,9 @@ class FusedEnv:
         self.truncated = np.zeros(n, np.bool_)
         self.terminal_obs = {g: np.zeros_like(o) for g, o in buffers.obs.items()}
         self.episode_return = np.zeros(n, np.float32)
+        self._reward_means = np.zeros(len(self.terms.plan.rewards), np.float64)
+        self._termination_rates = np.zeros(len(self.terms.plan.terminations), np.float64)
+        self._no_rows = np.zeros(0, np.intp)
         self.reset_all()
         log.info(
             "env ready: %d envs, step %.3f s (decimation %d), %d steps per episode (%.1f ms)",
@@ -130,18 +156,26 @@ class FusedEnv:
         raise NotImplementedError
 
     def advance(self) -> None:
-        """After the kernel: advance commands or a motion reference (called every step)."""
+        """After scoring, before resets: advance commands or a motion reference, fire events
+        (called every step; ``terminated`` and ``truncated`` hold this step's outcome, and a
+        task may truncate rows here)."""
 
     def on_reset(self, env_ids: np.ndarray) -> None:
         """After ``env_ids`` were reset in the backend, before their observations are built."""
 
+    def write_state(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        """Set the physics state of ``env_ids`` (a push, a teleport onto a reference); the bound
+        body states are copied again before the step's observations."""
+        self.backend.reset_envs(env_ids, qpos, qvel)
+        self._bodies_stale = True
+
     # -- lifecycle -------------------------------------------------------------------------------
 
     def reset_all(self) -> dict[str, np.ndarray]:
-        self._reset(np.arange(self.num_envs))
-        self.robot.update()
+        self._reset(self.terms.all_rows)
+        self._copy_bodies_if_stale()
         self.terms.sample_noise(self.rng)
-        self._refresh_observations()
+        self.terms.observe()
         return self.terms.buffers.obs
 
     def step(self, actions: np.ndarray) -> StepResult:
@@ -150,28 +184,23 @@ class FusedEnv:
         self.robot.update()
         self.episode_step += 1
         self._check_state()
-        self._run_terms()
-        b = self.terms.buffers
-        np.copyto(self.reward, b.reward)
-        np.logical_or(b.terminated, ~self._finite, out=self.terminated)
-        if not self._state_finite.all():  # a diverged env ends as a failure that earns nothing
-            self.terminated |= ~self._state_finite
-            self.reward[~self._state_finite] = 0.0
-        np.copyto(self.truncated, b.truncated)
-        self.episode_return += self.reward
+        self.terms.sample_noise(self.rng)  # drawn before any reset: no row's depends on another
+        self.terms.score()
+        self._outcome()
         info = self._statistics()
         self.advance()
-        done = np.flatnonzero(self.terminated | self.truncated)
+        np.logical_or(self.terminated, self.truncated, out=self._done)
+        done = np.flatnonzero(self._done)
         if done.size:
-            for group, obs in b.obs.items():
-                self.terminal_obs[group][done] = obs[done]
+            self._keep_terminal_observations(done)
             info["episode_return"] = float(self.episode_return[done].mean())
             info["episode_length"] = float(self.episode_step[done].mean())
             self._reset(done)
-            self.robot.update()
-            self._refresh_observations()
+        self._copy_bodies_if_stale()
+        self.terms.observe()
         info["reset_envs"] = done
         info["terminal_obs"] = self.terminal_obs
+        b = self.terms.buffers
         return StepResult(b.obs, self.reward, self.terminated, self.truncated, info)
 
     # -- internals -------------------------------------------------------------------------------
@@ -197,39 +226,59 @@ class FusedEnv:
         np.isfinite(self.robot.qvel).all(axis=1, out=self._state_finite)
         self._state_finite &= np.isfinite(self.robot.qpos).all(axis=1)
 
-    def _run_terms(self) -> None:
-        self.terms.sample_noise(self.rng)
-        self.terms()
+    def _outcome(self) -> None:
+        """The step's reward, failures and time-outs from the scored kernel outputs; rows with
+        non-finite actions fail, a diverged row fails and earns nothing."""
+        b = self.terms.buffers
+        np.copyto(self.reward, b.reward)
+        np.logical_not(self._finite, out=self.terminated)
+        self.terminated |= b.terminated
+        if not self._state_finite.all():
+            self.terminated |= ~self._state_finite
+            self.reward[~self._state_finite] = 0.0
+        np.copyto(self.truncated, b.truncated)
+        self.episode_return += self.reward
 
-    def _refresh_observations(self) -> None:
-        """Run the kernel again for the reset rows' fresh observations, with dt = 0: the step's
-        rewards are already copied out, and timers kept by preamble terms tick once per step.
-        The step's noise is reused: other rows get the observations they already had, and a
-        reset row's new episode owes nothing to its last one (sampling is the costly part)."""
-        self.terms.run_without_time()
+    def _keep_terminal_observations(self, done: np.ndarray) -> None:
+        """What the done rows observe at the end of their episode (after advance, as every row
+        does), kept before the reset replaces them."""
+        self.terms.observe(done)
+        for group, obs in self.terms.buffers.obs.items():
+            self.terminal_obs[group][done] = obs[done]
+
+    def _copy_bodies_if_stale(self) -> None:
+        if self._bodies_stale:
+            self.robot.update()
+            self._bodies_stale = False
 
     def _reset(self, env_ids: np.ndarray) -> None:
         qpos, qvel = self.reset_state(env_ids)
-        self.backend.reset_envs(env_ids, qpos, qvel)
+        self.write_state(env_ids, qpos, qvel)
         self.actions[env_ids] = 0.0
         self.last_actions[env_ids] = 0.0
         self.episode_step[env_ids] = 0
         self.episode_return[env_ids] = 0.0
+        self.terms.reset_rows(env_ids)
         self.on_reset(env_ids)
 
     def _statistics(self) -> dict[str, Any]:
         b, plan = self.terms.buffers, self.terms.plan
+        b.reward_terms.mean(axis=0, out=self._reward_means)
+        np.mean(b.termination_terms, axis=0, out=self._termination_rates)
         return {
             "reward_terms": {
-                c.entry: float(b.reward_terms[:, k].mean()) for k, c in enumerate(plan.rewards)
+                c.entry: float(m) for c, m in zip(plan.rewards, self._reward_means, strict=True)
             },
             "terminations": {
-                c.entry: float(b.termination_terms[:, k].mean())
-                for k, c in enumerate(plan.terminations)
+                c.entry: float(r)
+                for c, r in zip(plan.terminations, self._termination_rates, strict=True)
             },
-            "non_finite_actions": np.flatnonzero(~self._finite),
-            "non_finite_states": np.flatnonzero(~self._state_finite),
+            "non_finite_actions": self._rows_where_not(self._finite),
+            "non_finite_states": self._rows_where_not(self._state_finite),
         }
+
+    def _rows_where_not(self, flags: np.ndarray) -> np.ndarray:
+        return self._no_rows if flags.all() else np.flatnonzero(~flags)
 
 
 def _vector(name: str, values: Any, size: int) -> np.ndarray:

@@ -31,6 +31,11 @@ class NumpyTerms:
             self._twin(call)  # fail now, not mid-step, when a twin is missing
 
     def __call__(self) -> None:
+        self.score()
+        self.observe()
+
+    def score(self) -> None:
+        """The fused ``score`` kernel's work: preamble, rewards, terminations."""
         b = self.buffers
         dt = b.scalars[0]
         for call in self.plan.preamble:
@@ -45,8 +50,16 @@ class NumpyTerms:
         time_outs = [call.time_out for call in self.plan.terminations]
         b.terminated[:] = b.termination_terms[:, [not t for t in time_outs]].any(axis=1)
         b.truncated[:] = b.termination_terms[:, time_outs].any(axis=1)
+
+    def observe(self, rows: np.ndarray | None = None) -> None:
+        """The fused ``observe`` kernel's work: the observed preamble, then the observations
+        (computed for every env, written to ``rows`` only)."""
+        b = self.buffers
+        rows = slice(None) if rows is None else rows
+        for call in self.plan.observed_preamble():
+            self._run(call)
         for group in self.plan.observations.values():
-            out = b.obs[group.name]
+            out = np.zeros_like(b.obs[group.name])
             for call in group.terms:
                 out[:, call.col : call.col + call.size] = self._checked(
                     call, self._run(call), (call.size,)
@@ -54,6 +67,11 @@ class NumpyTerms:
             noise = group.noise_slices()
             for call in group.noisy_terms():
                 out[:, call.col : call.col + call.size] += b.noise[group.name][:, noise[call.entry]]
+            b.obs[group.name][rows] = out[rows]
+
+    def reset_rows(self, rows: np.ndarray) -> None:
+        for name, value in self.plan.reset_values().items():
+            self.buffers.workspace[name][rows] = value
 
     def _run(self, call: TermCall):
         args = [self._value(binding) for binding in call.args]

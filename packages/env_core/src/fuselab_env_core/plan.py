@@ -5,21 +5,32 @@ Resolution binds every argument of every term to where its value comes from (:cl
 
 * float scalars, reward weights and ``dt`` -> a slot in one float32 runtime scalar buffer;
 * ints, bools and strings -> compile-time constants of the generated kernel;
-* arrays -> kernel data arguments.
+* body names (``Body``, ``Bodies``, ``ContactBodies``) -> their rows in the entity's buffers,
+  compile-time constants (no integer body index is ever configured);
+* arrays -> kernel data arguments: arrays given in configuration, and the env's task arrays
+  (default pose, joint limits, a motion clip), which terms read by name like state buffers.
 
 Every error names the entry, the term, the argument and what was expected.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from fuselab_env_core.config import ObservationCfg, RewardCfg, TaskTermsCfg, TerminationCfg
-from fuselab_env_core.terms import Param, Term, TermKind, did_you_mean, get_term
+from fuselab_env_core.terms import (
+    NAME_TYPES,
+    Body,
+    Param,
+    Term,
+    TermKind,
+    did_you_mean,
+    get_term,
+)
 
 DT_SLOT_NAME = "dt"
 
@@ -51,7 +62,7 @@ class Slot:
 
 @dataclass(frozen=True)
 class Const:
-    value: int | bool | str | float  # float only when lowering floats to constants
+    value: int | bool | str | float | tuple[int, ...]  # float only when baking floats
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,7 @@ class Plan:
     slot_names: list[str]
     slot_values: np.ndarray  # float32 initial values of the runtime scalar buffer
     data: list[np.ndarray]
+    data_names: list[str] = field(default_factory=list)  # a task array's name, or a param's field
     preamble: list[TermCall] = field(default_factory=list)
     rewards: list[TermCall] = field(default_factory=list)
     terminations: list[TermCall] = field(default_factory=list)
@@ -126,6 +138,23 @@ class Plan:
         groups = [t for g in self.observations.values() for t in g.terms]
         return [*self.preamble, *self.rewards, *self.terminations, *groups]
 
+    def reset_values(self) -> dict[str, float]:
+        """Persistent workspace fields and the value each takes when an episode starts."""
+        return {name: v for call in self.preamble for name, v in call.term.reset.items()}
+
+    def observed_preamble(self) -> list[TermCall]:
+        """The preamble terms the observations need recomputed, in plan order: those writing a
+        field an observation reads (or a term so needed reads), except persistent ones, whose
+        outputs are read as the last scored step left them."""
+        needed = {name for g in self.observations.values() for t in g.terms for name in reads(t)}
+        calls = []
+        for call in reversed(self.preamble):
+            if call.term.persistent or not needed & set(call.term.outputs):
+                continue
+            calls.append(call)
+            needed |= reads(call)
+        return calls[::-1]
+
     def slot(self, name: str) -> int:
         try:
             return self.slot_names.index(name)
@@ -133,6 +162,12 @@ class Plan:
             raise KeyError(
                 f"unknown runtime scalar {name!r}{did_you_mean(name, self.slot_names)}"
             ) from None
+
+
+def reads(call: TermCall) -> set[str]:
+    """Workspace fields a term call reads (a preamble term's own outputs excluded)."""
+    fields = {b.name for b in call.args if isinstance(b, Input) and b.source == "workspace"}
+    return fields - set(call.term.outputs)
 
 
 class PlanError(ValueError):
@@ -144,8 +179,15 @@ def resolve_plan(
     state: Mapping[str, BufferSpec],
     dt: float,
     float_params: Literal["slots", "constants"] = "slots",
+    *,
+    arrays: Mapping[str, np.ndarray] | None = None,
+    names: Mapping[str, Sequence[str]] | None = None,
 ) -> Plan:
     """Resolve ``cfg`` against the env's state buffers into a :class:`Plan`.
+
+    ``arrays``: the env's task arrays (unbatched), read by terms by name. ``names``: the name
+    tables body parameters resolve against (``body_names``, ``contact_body_names``: the
+    entity's bodies in the order of its buffers' rows).
 
     ``float_params="constants"`` bakes float parameters into the kernel (every value change
     recompiles); it exists to measure what runtime slots cost, not for training.
@@ -154,15 +196,29 @@ def resolve_plan(
         cfg = TaskTermsCfg.from_dict(cfg)
     if float_params not in ("slots", "constants"):
         raise PlanError(f"float_params: expected 'slots' or 'constants', got {float_params!r}")
-    return _Resolver(dict(state), dt, float_params == "constants").run(cfg)
+    resolver = _Resolver(dict(state), dt, float_params == "constants", arrays or {}, names or {})
+    return resolver.run(cfg)
 
 
 class _Resolver:
-    def __init__(self, state: dict[str, BufferSpec], dt: float, bake_floats: bool = False):
+    def __init__(
+        self,
+        state: dict[str, BufferSpec],
+        dt: float,
+        bake_floats: bool = False,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        names: Mapping[str, Sequence[str]] | None = None,
+    ):
         self.bake_floats = bake_floats
         for name, spec in state.items():
             if not isinstance(spec, BufferSpec):
                 raise PlanError(f"state buffer {name!r}: expected a BufferSpec, got {spec!r}")
+        self.arrays = dict(arrays or {})
+        for name in self.arrays:
+            if name in state:
+                raise PlanError(f"task array {name!r}: a state buffer has the same name")
+        self.names = {table: list(values) for table, values in (names or {}).items()}
+        self._array_index: dict[str, int] = {}  # task array name -> its data index
         self.plan = Plan(state, {}, [], np.zeros(0, np.float32), [])
         self.slot_values: list[float] = []
         self._new_slot(DT_SLOT_NAME, _positive_float("dt", dt))
@@ -255,8 +311,14 @@ class _Resolver:
     def _declare_outputs(self, where: str, term: Term, params: Mapping[str, Any]) -> None:
         values = {p.name: params.get(p.name, p.default) for p in term.params}
         for name, shape in term.outputs.items():
-            if name in self.plan.state or name in self.plan.workspace:
-                owner = "a state buffer" if name in self.plan.state else "already a workspace field"
+            if name in self.plan.state or name in self.plan.workspace or name in self.arrays:
+                owner = (
+                    "a state buffer"
+                    if name in self.plan.state
+                    else "a task array"
+                    if name in self.arrays
+                    else "already a workspace field"
+                )
                 raise PlanError(f"{where}: workspace output {name!r} is {owner} (duplicate name)")
             if callable(shape):
                 shape = shape(self._shapes(), values)
@@ -273,10 +335,15 @@ class _Resolver:
             return Input("state", arg)
         if arg in self.plan.workspace:
             return Input("workspace", arg)
-        known = ["dt", *self.plan.state, *self.plan.workspace]
+        if arg in self.arrays:
+            if arg not in self._array_index:
+                self._array_index[arg] = self._new_data(f"task array {arg!r}", self.arrays[arg])
+                self.plan.data_names[-1] = arg
+            return Data(self._array_index[arg])
+        known = ["dt", *self.plan.state, *self.plan.workspace, *self.arrays]
         raise PlanError(
-            f"{where}: term {term.name!r} reads {arg!r}, which is no state buffer or workspace "
-            f"field written by an earlier preamble term{did_you_mean(arg, known)} "
+            f"{where}: term {term.name!r} reads {arg!r}, which is no state buffer, task array "
+            f"or workspace field written by an earlier preamble term{did_you_mean(arg, known)} "
             "(annotate it if it is a parameter)"
         )
 
@@ -288,6 +355,8 @@ class _Resolver:
                 f"(expected {param.type.__name__})"
             )
         value = given.get(param.name, param.default)
+        if param.type in NAME_TYPES:
+            return Const(self._body_rows(field_name, param.type, value))
         if param.type is float and self.bake_floats:
             return Const(_float(field_name, value))
         if param.type is float:
@@ -306,6 +375,27 @@ class _Resolver:
             return Const(value)
         raise PlanError(f"{field_name}: expected {param.type.__name__}, got {value!r}")
 
+    def _body_rows(self, field_name: str, kind: type, value: Any) -> int | tuple[int, ...]:
+        """A body name (or list of names) as its row (rows) in the entity's buffers."""
+        table = kind.table  # type: ignore[attr-defined]
+        if table not in self.names:
+            raise PlanError(f"{field_name}: names bodies, but the env binds no {table}")
+        known = self.names[table]
+        single = kind is Body
+        if single and not isinstance(value, str):
+            raise PlanError(f"{field_name}: expected one body name, got {value!r}")
+        if not single and (isinstance(value, str) or not isinstance(value, Sequence) or not value):
+            raise PlanError(f"{field_name}: expected a non-empty list of body names, got {value!r}")
+        rows = []
+        for name in [value] if single else value:
+            if name not in known:
+                raise PlanError(
+                    f"{field_name}: {name!r} is not among the entity's {table}"
+                    f"{did_you_mean(str(name), known)} (they are: {', '.join(known)})"
+                )
+            rows.append(known.index(name))
+        return rows[0] if single else tuple(rows)
+
     # -- lowering targets ------------------------------------------------------------------
 
     def _new_slot(self, name: str, value: float) -> int:
@@ -320,10 +410,14 @@ class _Resolver:
                 f"{field_name}: expected a numeric array with at least one dimension, got {value!r}"
             )
         self.plan.data.append(array)
+        self.plan.data_names.append(field_name)
         return len(self.plan.data) - 1
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
-        return {n: s.shape for n, s in (self.plan.state | self.plan.workspace).items()}
+        """What shape rules see: per-env shapes of state and workspace fields (num_envs left
+        out) and the whole shapes of task arrays."""
+        shapes = {n: s.shape for n, s in (self.plan.state | self.plan.workspace).items()}
+        return shapes | {n: a.shape for n, a in self.arrays.items()}
 
     def _param_values(self, call: TermCall) -> dict[str, Any]:
         values = {}

@@ -24,7 +24,7 @@ from fuselab_env_core import codegen, prefetch
 from fuselab_env_core.plan import Const, Data, Input, Plan, Slot, TermCall
 from fuselab_env_core.terms import ERROR_MODEL, FASTMATH, Term
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: score and observe entry points, task arrays, body names
 KEY_LENGTH = 24
 
 
@@ -39,7 +39,10 @@ def plan_key(plan: Plan) -> str:
         "state": [[n, list(s.shape), s.dtype.str] for n, s in plan.state.items()],
         "workspace": [[n, list(s.shape), s.dtype.str] for n, s in plan.workspace.items()],
         "slots": plan.slot_names,
-        "data": [[a.dtype.str, list(a.shape)] for a in plan.data],
+        "data": [
+            [name, a.dtype.str, list(a.shape)]
+            for name, a in zip(plan.data_names, plan.data, strict=True)
+        ],
         "terms": [_describe_call(call) for call in plan.terms()],
         "groups": [
             [g.name, g.width, g.noise, [t.entry for t in g.noisy_terms()]]
@@ -57,6 +60,7 @@ def _describe_call(call: TermCall) -> dict[str, Any]:
         "args": [_describe_binding(b) for b in call.args],
         "weight_slot": call.weight_slot,
         "time_out": call.time_out,
+        "reset": sorted(call.term.reset.items()),
         "layout": [call.group, call.col, call.size],
     }
 

@@ -1,8 +1,9 @@
-"""Runtime: the buffers of a plan and its fused kernel bound to an env's state.
+"""Runtime: the buffers of a plan and its fused kernels bound to an env's state.
 
 ``FusedTerms.build`` is the whole start-up pipeline, one INFO line with milliseconds per step:
 resolve plan -> key -> classify cache -> generate -> compile or load -> bind buffers -> warm up.
-After that, one call runs every term of the task for every env with no Python per env.
+After that, :meth:`FusedTerms.score` runs the preamble, rewards and terminations of every env
+and :meth:`FusedTerms.observe` the observations, each one parallel kernel, no Python per env.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numba
 import numpy as np
 
 from fuselab_env_core.codegen import KernelArg, kernel_args
-from fuselab_env_core.compiler import BuildReport, compile_plan
+from fuselab_env_core.compiler import BuildReport, FusedKernels, compile_plan
 from fuselab_env_core.config import TaskTermsCfg
 from fuselab_env_core.plan import BufferSpec, ObservationGroup, Plan, PlanError, resolve_plan
 
@@ -46,25 +47,27 @@ class TermBuffers:
 
 
 class FusedTerms:
-    """A task's terms compiled into one parallel kernel and bound to an env's buffers."""
+    """A task's terms compiled into two parallel kernels and bound to an env's buffers."""
 
     def __init__(
         self,
         plan: Plan,
-        kernel,
+        kernels: FusedKernels,
         report: BuildReport,
         state: Mapping[str, np.ndarray],
         num_threads: int | None = None,
     ):
         self.plan = plan
-        self.kernel = kernel
+        self.kernels = kernels
         self.report = report
         self.num_envs = num_envs_of(state)
         self.num_threads = _thread_budget(num_threads)
         self.state = dict(state)
         self.buffers = TermBuffers(plan, self.num_envs)
+        self.all_rows = np.arange(self.num_envs, dtype=np.intp)
         self._args = tuple(self._bind(arg) for arg in kernel_args(plan))
         self._noise_std = {name: noise_std(plan.observations[name]) for name in self.buffers.noise}
+        self._reset_values = plan.reset_values()
 
     @classmethod
     def build(
@@ -74,11 +77,17 @@ class FusedTerms:
         dt: float,
         num_threads: int | None = None,
         float_params: Literal["slots", "constants"] = "slots",
+        *,
+        arrays: Mapping[str, np.ndarray] | None = None,
+        names: Mapping[str, Any] | None = None,
     ) -> FusedTerms:
-        """Resolve, compile (or fetch from a cache), bind and warm up a task's terms."""
+        """Resolve, compile (or fetch from a cache), bind and warm up a task's terms.
+
+        ``arrays``: the env's task arrays, read by terms by name; ``names``: the entity's name
+        tables (``body_names``, ``contact_body_names``) body parameters resolve against."""
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        plan = resolve_plan(cfg, state_specs(state), dt, float_params)
+        plan = resolve_plan(cfg, state_specs(state), dt, float_params, arrays=arrays, names=names)
         timings["resolve"] = _ms_since(started)
         log.info(
             "resolve plan: %.1f ms (%d terms, %d runtime scalars)",
@@ -86,14 +95,14 @@ class FusedTerms:
             len(plan.terms()),
             len(plan.slot_names),
         )
-        kernel, report = compile_plan(plan, timings)
+        kernels, report = compile_plan(plan, timings)
         started = time.perf_counter()
         prefer_sleeping_omp_threads()
-        fused = cls(plan, kernel, report, state, num_threads)
+        fused = cls(plan, kernels, report, state, num_threads)
         timings["bind"] = _ms_since(started)
         if report.cache != "in-process":  # first run in this process: thread pool start-up
             started = time.perf_counter()
-            fused.run_without_time()
+            fused.observe()  # advances nothing: no timer a preamble term keeps
             timings["warm up"] = _ms_since(started)
         log.info(
             "bind: %.1f ms, warm up: %.1f ms (%d envs, %d Numba threads); build %s in %.1f ms",
@@ -106,21 +115,32 @@ class FusedTerms:
         )
         return fused
 
+    def score(self) -> None:
+        """Preamble, rewards and terminations of every env: the one pass per step in which
+        persistent preamble outputs (timers) advance."""
+        self._use_thread_budget()
+        self.kernels.score(*self._args)
+
+    def observe(self, rows: np.ndarray | None = None) -> None:
+        """Observations (and the preamble terms they read) of the env ``rows`` (intp, default
+        every env), from the state as it is now; nothing persistent advances."""
+        self._use_thread_budget()
+        self.kernels.observe(self.all_rows if rows is None else rows, *self._args)
+
     def __call__(self) -> None:
-        """Run preamble, rewards, terminations and observations for every env."""
+        """Score, then observe, every env."""
+        self.score()
+        self.observe()
+
+    def reset_rows(self, rows: np.ndarray) -> None:
+        """Start new episodes in ``rows``: persistent preamble outputs take their reset values."""
+        workspace = self.buffers.workspace
+        for name, value in self._reset_values.items():
+            workspace[name][rows] = value
+
+    def _use_thread_budget(self) -> None:
         if numba.get_num_threads() != self.num_threads:
             numba.set_num_threads(self.num_threads)  # Numba's pool only; thread-local setting
-        self.kernel(*self._args)
-
-    def run_without_time(self) -> None:
-        """Run with dt = 0: observations and derived quantities without advancing any timer a
-        preamble term keeps (warm-up, observation refresh after resets)."""
-        dt = self.buffers.scalars[0]
-        self.buffers.scalars[0] = 0.0
-        try:
-            self()
-        finally:
-            self.buffers.scalars[0] = dt
 
     # -- runtime scalars: tuning never recompiles --------------------------------------------
 

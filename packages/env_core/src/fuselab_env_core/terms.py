@@ -13,12 +13,18 @@ Its first argument is the env index ``i``. Every other argument is either
 * an *input*, found by name when the plan is resolved: ``dt`` (the control step), a state
   buffer the env declares (``actions``, ``body_pos_w``, ...) or a workspace field written by a
   preamble term; each is the whole batched array, indexed with ``i``;
-* a *parameter*, marked by a type annotation (``float``, ``int``, ``bool``, ``str`` or
-  ``np.ndarray``) and set from configuration, with the Python default as its default.
+* an input may also be a *task array* the env declares by name (unbatched kernel data: the
+  robot's default pose, its soft joint limits, a motion clip's frames), indexed without ``i``;
+* a *parameter*, marked by a type annotation (``float``, ``int``, ``bool``, ``str``,
+  ``np.ndarray``, or a name of the env's bodies: :class:`Body`, :class:`Bodies`,
+  :class:`ContactBodies`) and set from configuration, with the Python default as its default.
+  Body names become their rows in the entity's buffers: compile-time constants.
 
 Kinds: a reward returns a float, a termination returns a bool, an observation writes ``size``
 values into ``out[i, col:col + size]`` (``out`` and ``col`` are supplied by the plan), and a
 preamble term writes shared quantities into the workspace fields it declares as ``outputs``.
+A preamble term that keeps state from step to step (a timer) declares the value each of its
+outputs takes when an episode starts (``reset``); it advances only when the env scores a step.
 """
 
 from __future__ import annotations
@@ -33,7 +39,30 @@ import numba
 import numpy as np
 
 TermKind = Literal["preamble", "reward", "termination", "observation"]
-PARAM_TYPES: tuple[type, ...] = (float, int, bool, str, np.ndarray)
+
+
+class Body(str):
+    """A parameter naming one of the entity's bodies: its row in ``body_*_w`` (an int constant)."""
+
+    table = "body_names"
+
+
+class Bodies(tuple):
+    """A parameter naming some of the entity's bodies: their rows in ``body_*_w`` (a tuple of
+    int constants)."""
+
+    table = "body_names"
+
+
+class ContactBodies(tuple):
+    """A parameter naming some of the entity's contact bodies: their rows in ``contact_force_w``
+    (a tuple of int constants)."""
+
+    table = "contact_body_names"
+
+
+NAME_TYPES: tuple[type, ...] = (Body, Bodies, ContactBodies)
+PARAM_TYPES: tuple[type, ...] = (float, int, bool, str, np.ndarray, *NAME_TYPES)
 OBSERVATION_ARGS = ("out", "col")
 
 # Compile options of terms and of the fused kernel they are inlined into. Fast-math flags:
@@ -43,7 +72,8 @@ OBSERVATION_ARGS = ("out", "col")
 FASTMATH = frozenset({"reassoc", "contract", "arcp", "nsz", "afn"})
 ERROR_MODEL = "numpy"
 
-# A shape or size may depend on the env's state layout and the term's parameters.
+# A shape or size may depend on the env's state layout (per-env shapes; task arrays whole) and
+# the term's parameters.
 ShapeRule = Callable[[Mapping[str, tuple[int, ...]], Mapping[str, Any]], Any]
 
 
@@ -68,9 +98,15 @@ class Term:
     inputs: tuple[str, ...]
     params: tuple[Param, ...]
     outputs: Mapping[str, tuple[int, ...] | ShapeRule] = field(default_factory=dict)
+    reset: Mapping[str, float] = field(default_factory=dict)  # persistent outputs: start values
     size: int | ShapeRule | None = None
     numpy_impl: Callable | None = field(default=None, compare=False)
     jit: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def persistent(self) -> bool:
+        """A preamble term whose outputs carry over from step to step (see :func:`preamble`)."""
+        return bool(self.reset)
 
     @property
     def module(self) -> str:
@@ -110,8 +146,11 @@ def get_term(name: str) -> Term:
         raise KeyError(f"unknown term {name!r}{did_you_mean(name, _REGISTRY)}") from None
 
 
-def did_you_mean(name: str, choices) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6)
+def did_you_mean(name: str, choices, cutoff: float = 0.6) -> str:
+    """``"; did you mean 'x'?"`` with the nearest of ``choices``, else ``"; known: ..."``: the
+    one suggestion helper of every name lookup (terms, keys, bodies, tasks)."""
+    choices = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(name), choices, n=3, cutoff=cutoff)
     if close:
         return f"; did you mean {' or '.join(repr(c) for c in close)}?"
     return f"; known: {', '.join(sorted(choices)) or '(none)'}"
@@ -136,7 +175,8 @@ def _split_signature(fn: Callable, kind: TermKind) -> tuple[tuple[str, ...], tup
         else:
             raise TypeError(
                 f"{where}: parameter {p.name!r} is annotated {annotation!r}; accepted: "
-                "float, int, bool, str, np.ndarray (leave inputs unannotated)"
+                "float, int, bool, str, np.ndarray, Body, Bodies, ContactBodies "
+                "(leave inputs unannotated)"
             )
     if kind == "observation" and tuple(inputs[:2]) != OBSERVATION_ARGS:
         raise TypeError(f"{where}: an observation term takes (i, out, col, ...), got {names[:3]}")
@@ -152,6 +192,7 @@ def _resolve_annotation(fn: Callable, annotation: Any) -> Any:
             "bool": bool,
             "str": str,
             "np": np,
+            **{t.__name__: t for t in NAME_TYPES},
             **fn.__globals__,
         }
         return eval(annotation, namespace)  # noqa: S307 - annotations of our own term modules
@@ -201,10 +242,22 @@ def observation(size: int | ShapeRule, name: str | None = None) -> Callable[[Cal
 
 
 def preamble(
-    outputs: Mapping[str, tuple[int, ...] | ShapeRule], name: str | None = None
+    outputs: Mapping[str, tuple[int, ...] | ShapeRule],
+    name: str | None = None,
+    reset: Mapping[str, float] | None = None,
 ) -> Callable[[Callable], Term]:
     """Register a preamble term writing the per-env workspace fields named in ``outputs``.
 
-    Each output is also an argument of the term (by name), like any other input.
+    Each output is also an argument of the term (by name), like any other input. A term whose
+    outputs persist from step to step (timers, filters) gives every output's value at the start
+    of an episode in ``reset``: the env writes it into the rows it resets, and the term runs
+    only when a step is scored, never when observations are refreshed. A term without ``reset``
+    is a pure function of the state: it runs again wherever its outputs are read.
     """
-    return _register("preamble", name, outputs=dict(outputs))
+    reset = dict(reset or {})
+    if reset and set(reset) != set(outputs):
+        raise TypeError(
+            f"preamble {name or '?'}: reset names {sorted(reset)}, expected a start value for "
+            f"every output {sorted(outputs)}"
+        )
+    return _register("preamble", name, outputs=dict(outputs), reset=reset)

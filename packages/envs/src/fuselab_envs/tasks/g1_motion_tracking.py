@@ -1,15 +1,15 @@
 """G1MotionTracking: the G1 imitates a whole-body motion clip (BeyondMimic-style tracking).
 
 The clip is loaded once at start-up, resampled to the control rate, and handed to the fused
-kernel as data: the preamble reads each env's current frame from it, so after start-up the
-motion file is never read again and no Python touches a frame per env. One step::
+kernels as task arrays (``motion_*``, the tracked bodies in the entity's order): terms read each
+env's current frame from them, so after start-up the motion file is never read again and no
+Python touches a frame per env. One step::
 
-    current frame -> fused numerics (reference, anchor frame, rewards, terminations, obs)
-    -> failure statistics (at the frame where each env failed) -> frame advance -> clip end
-    -> resets (reference state initialization with noise)
+    score frame f (anchor frame, rewards, terminations) -> failure statistics (at the frame
+    where each env failed) -> frame advance to f + 1 -> clip end -> resets (reference state
+    initialization with noise) -> observe frame f + 1
 
-Observations carry the reference of the frame the rewards just used; the next step's rewards
-use the following frame.
+Observations carry the reference of the frame the next step's rewards will use.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ from fuselab_env_core.env import FusedEnv
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
 from fuselab_envs.g1 import ACTION_SCALE
 from fuselab_envs.motion import MotionClip
-from fuselab_envs.tasks.g1_common import g1_robot_arrays, joint_array, with_robot_arrays
+from fuselab_envs.tasks.g1_common import g1_task_arrays, joint_array
 
 log = logging.getLogger(__name__)
 
-# BeyondMimic's tracked bodies; the anchor (torso_link) is index 7, the end effectors (ankles,
-# wrists) are 3, 6, 10, 13 (the terms' defaults and the task config assume this order).
+# BeyondMimic's tracked bodies (the task config names the anchor and the end effectors).
 TRACKED_BODIES = (
     "pelvis",
     "left_hip_roll_link",
@@ -53,7 +52,7 @@ TRACKED_BODIES = (
     "right_elbow_link",
     "right_wrist_yaw_link",
 )
-# Feet first (the contact terms' convention), then the bodies that should not touch down.
+# The feet, and the bodies that should not touch down (the task config names which is which).
 CONTACT_BODIES = (
     "left_ankle_roll_link",
     "right_ankle_roll_link",
@@ -146,20 +145,21 @@ class G1MotionTracking(FusedEnv):
         self._root_ang_vel = motion.body_ang_vel_w[:, root]
 
         self.motion_frame = np.zeros(n, np.int32)
-        self.robot_arrays = g1_robot_arrays(facts)
-        self.default_pose = self.robot_arrays["default_joint_pos"]
+        self.task_arrays = {**g1_task_arrays(facts), **self.motion_arrays}
+        self.default_pose = self.task_arrays["default_joint_pos"]
         self.num_bins = max(1, math.ceil(self.num_frames * step_dt / self.sampling.bin_s))
         self.bin_failures = np.zeros(self.num_bins, np.float64)  # running average per bin
         self._failed_in_bin = np.zeros(self.num_bins, np.float64)
         super().__init__(
             backend,
             Entity(backend, TRACKED_BODIES, contact_body_names=CONTACT_BODIES),
-            with_robot_arrays(terms, {**self.robot_arrays, **self.motion_arrays}),
+            terms,
             decimation=decimation,
             episode_length_s=episode_length_s,
             default_controls=self.default_pose,
             action_scale=joint_array(ACTION_SCALE, facts),
             extra_state={"motion_frame": self.motion_frame},
+            arrays=self.task_arrays,
             num_threads=num_threads,
             seed=seed,
         )
@@ -242,16 +242,15 @@ class G1MotionTracking(FusedEnv):
         ended = np.flatnonzero(self.motion_frame >= self.num_frames)
         if not ended.size:
             return
+        self.motion_frame[ended] = self.num_frames - 1  # the last frame, unless it goes on
         if self.clip_end == "truncate":
-            self.motion_frame[ended] = self.num_frames - 1  # the row resets this step
-            self.truncated[ended] = True
+            self.truncated[ended] = True  # the row resets this step
             return
         # resample: the episode goes on from a new start, the robot teleported onto the clip
-        self.motion_frame[ended] = self.sample_start_frames(len(ended))
-        qpos, qvel = self.reference_state(self.motion_frame[ended])
-        self.backend.reset_envs(ended, qpos, qvel)
-        self.robot.update()
-        self._refresh_observations()
+        going_on = ended[~(self.terminated[ended] | self.truncated[ended])]
+        self.motion_frame[going_on] = self.sample_start_frames(len(going_on))
+        qpos, qvel = self.reference_state(self.motion_frame[going_on])
+        self.write_state(going_on, qpos, qvel)
 
     def _count_failures(self) -> None:
         """Failures land in the bin of the frame where the env failed (time-outs do not count);

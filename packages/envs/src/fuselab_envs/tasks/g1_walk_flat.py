@@ -22,12 +22,12 @@ from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import FusedEnv
 from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
-from fuselab_envs.tasks.g1_common import g1_robot_arrays, joint_array, with_robot_arrays
+from fuselab_envs.tasks.g1_common import g1_task_arrays, joint_array
 
 log = logging.getLogger(__name__)
 
 BODIES = ("pelvis", "torso_link", "left_ankle_roll_link", "right_ankle_roll_link")
-# Feet first (the contact terms' convention), then the bodies that should never touch down.
+# The feet, and the bodies that should never touch down (the task config names which is which).
 CONTACT_BODIES = (
     "left_ankle_roll_link",
     "right_ankle_roll_link",
@@ -75,11 +75,8 @@ class G1WalkFlat(FusedEnv):
         self.commands = commands or CommandCfg()
         self.events = events or EventCfg()
         self.facts = facts
-        self.robot_arrays = {
-            **g1_robot_arrays(facts),
-            "weights": np.ones(len(facts.joint_names), np.float32),
-        }
-        self.default_pose = self.robot_arrays["default_joint_pos"]
+        self.task_arrays = g1_task_arrays(facts)
+        self.default_pose = self.task_arrays["default_joint_pos"]
         self.command = np.zeros((n, 3), np.float32)
         step_dt = facts.physics_dt * decimation
         self._resample_steps = max(1, round(self.commands.resample_s / step_dt))
@@ -94,12 +91,13 @@ class G1WalkFlat(FusedEnv):
         super().__init__(
             backend,
             Entity(backend, BODIES, contact_body_names=CONTACT_BODIES),
-            with_robot_arrays(terms, self.robot_arrays),
+            terms,
             decimation=decimation,
             episode_length_s=episode_length_s,
             default_controls=self.default_pose,
             action_scale=joint_array(ACTION_SCALE, facts),
             extra_state={"command": self.command},
+            arrays=self.task_arrays,
             num_threads=num_threads,
             seed=seed,
         )
@@ -120,10 +118,6 @@ class G1WalkFlat(FusedEnv):
 
     def on_reset(self, env_ids):
         self._resample(env_ids)
-        workspace = self.terms.buffers.workspace
-        for timer in ("feet_air_time", "feet_last_air_time", "feet_first_contact"):
-            if timer in workspace:  # the preamble's persistent timers start a new episode at 0
-                workspace[timer][env_ids] = 0.0
 
     def advance(self):
         self._steps_to_resample -= 1
@@ -144,7 +138,8 @@ class G1WalkFlat(FusedEnv):
         self._steps_to_resample[env_ids] = self._resample_steps
 
     def _push(self, env_ids: np.ndarray) -> None:
-        env_ids = env_ids[~self.terminated[env_ids]]  # reset this step anyway (diverged ones too)
+        ending = self.terminated[env_ids] | self.truncated[env_ids]
+        env_ids = env_ids[~ending]  # reset this step anyway (diverged ones too)
         qpos, qvel = self.robot.qpos[env_ids], self.robot.qvel[env_ids]
         qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
-        self.backend.reset_envs(env_ids, qpos, qvel)
+        self.write_state(env_ids, qpos, qvel)

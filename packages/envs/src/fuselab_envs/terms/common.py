@@ -1,17 +1,19 @@
 """Terms every legged task shares: the base frame, joint and action regularizers, proprioception.
 
-The base frame preamble writes, once per env per step, the quantities several rewards and
-observations read (base-frame velocities and projected gravity), so none recomputes them.
+The base frame preamble writes, once per env per kernel pass, the quantities several rewards
+and observations read (base-frame velocities and projected gravity), so none recomputes them.
+Per-joint task arrays (``default_joint_pos``, ``soft_joint_pos_lower`` / ``_upper``) come from
+the env, in the entity's joint order.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from fuselab_env_core.rotations import quat_apply_inverse
-from fuselab_env_core.terms import observation, preamble, reward, termination
+from fuselab_env_core.terms import Body, observation, preamble, reward, termination
+
+BASE_BODY = Body("pelvis")  # the floating base of the legged robots here (the G1)
 
 
 @preamble(outputs={"base_lin_vel_b": (3,), "base_ang_vel_b": (3,), "projected_gravity_b": (3,)})
@@ -23,9 +25,9 @@ def base_frame(
     base_lin_vel_b,
     base_ang_vel_b,
     projected_gravity_b,
-    base_body: int = 0,
+    base_body: Body = BASE_BODY,
 ):
-    """Base velocities and the gravity direction in the base frame (base = robot body 0)."""
+    """Base velocities and the gravity direction in the frame of ``base_body``."""
     b = base_body
     w, x, y, z = (
         body_quat_w[i, b, 0],
@@ -74,21 +76,21 @@ def action_rate_l2(i, actions, last_actions):
 
 
 @reward()
-def joint_deviation_l1(i, joint_pos, default_joint_pos: np.ndarray, weights: np.ndarray):
-    """Weighted |q - q_default|: keeps joints (e.g. arms and waist) near the default pose."""
+def joint_deviation_l1(i, joint_pos, default_joint_pos):
+    """|q - q_default| summed: keeps joints (e.g. arms and waist) near the default pose."""
     total = 0.0
     for j in range(joint_pos.shape[1]):
-        total += weights[j] * abs(joint_pos[i, j] - default_joint_pos[j])
+        total += abs(joint_pos[i, j] - default_joint_pos[j])
     return total
 
 
 @reward()
-def joint_pos_limits(i, joint_pos, lower: np.ndarray, upper: np.ndarray):
-    """How far joints are outside their soft limits [lower, upper] (radians, summed)."""
+def joint_pos_limits(i, joint_pos, soft_joint_pos_lower, soft_joint_pos_upper):
+    """How far joints are outside their soft limits (radians, summed)."""
     total = 0.0
     for j in range(joint_pos.shape[1]):
         q = joint_pos[i, j]
-        total += max(lower[j] - q, 0.0) + max(q - upper[j], 0.0)
+        total += max(soft_joint_pos_lower[j] - q, 0.0) + max(q - soft_joint_pos_upper[j], 0.0)
     return total
 
 
@@ -109,7 +111,7 @@ def bad_orientation(i, projected_gravity_b, limit_angle_rad: float = 1.0):
 
 
 @termination()
-def base_height_below(i, body_pos_w, min_height_m: float = 0.3, base_body: int = 0):
+def base_height_below(i, body_pos_w, min_height_m: float = 0.3, base_body: Body = BASE_BODY):
     return body_pos_w[i, base_body, 2] < min_height_m
 
 
@@ -135,9 +137,9 @@ def projected_gravity(i, out, col, projected_gravity_b):
 
 
 @observation(size=lambda shapes, params: shapes["joint_pos"][0])
-def joint_pos_rel(i, out, col, joint_pos, default_joint_pos: np.ndarray):
-    """Joint positions relative to the robot's default pose (kernel data, the same for all envs:
-    it stays in cache, where a per-env copy would be read from memory for every env)."""
+def joint_pos_rel(i, out, col, joint_pos, default_joint_pos):
+    """Joint positions relative to the robot's default pose (a task array, the same for all
+    envs: it stays in cache, where a per-env copy would be read from memory for every env)."""
     for j in range(joint_pos.shape[1]):
         out[i, col + j] = joint_pos[i, j] - default_joint_pos[j]
 

@@ -1,15 +1,14 @@
 """Contact terms of legged tasks, on the net contact forces of the robot's contact bodies.
 
-The task's Entity lists its contact bodies feet first (``contact_force_w`` rows 0..num_feet-1),
-then the bodies that should never touch the ground; the robot bodies of ``body_pos_w`` hold the
-feet at rows ``first_foot_body``.. in the same order.
+Bodies are named in configuration: ``ContactBodies`` parameters are rows of ``contact_force_w``
+(the entity's contact bodies), ``Bodies`` parameters rows of ``body_*_w`` (its bodies).
 """
 
 from __future__ import annotations
 
 import math
 
-from fuselab_env_core.terms import observation, preamble, reward
+from fuselab_env_core.terms import Bodies, ContactBodies, observation, preamble, reward
 
 
 @reward()
@@ -17,32 +16,27 @@ def feet_slip(
     i,
     contact_force_w,
     body_lin_vel_w,
-    num_feet: int = 2,
-    first_foot_body: int = 2,
+    foot_contacts: ContactBodies,
+    foot_bodies: Bodies,
     force_threshold_n: float = 1.0,
 ):
-    """Squared horizontal speed of each foot that touches the ground (m^2/s^2, summed)."""
+    """Squared horizontal speed of each foot that touches the ground (m^2/s^2, summed); the
+    feet named in the same order in ``foot_contacts`` and ``foot_bodies``."""
     total = 0.0
-    for f in range(num_feet):
-        if contact_force_w[i, f, 2] > force_threshold_n:
-            b = first_foot_body + f
+    for f in range(len(foot_contacts)):
+        if contact_force_w[i, foot_contacts[f], 2] > force_threshold_n:
+            b = foot_bodies[f]
             total += body_lin_vel_w[i, b, 0] ** 2 + body_lin_vel_w[i, b, 1] ** 2
     return total
 
 
 @reward()
 def foot_clearance(
-    i,
-    body_pos_w,
-    body_lin_vel_w,
-    num_feet: int = 2,
-    first_foot_body: int = 2,
-    target_height_m: float = 0.1,
+    i, body_pos_w, body_lin_vel_w, foot_bodies: Bodies, target_height_m: float = 0.1
 ):
     """Swing feet should reach ``target_height_m``: height error weighted by horizontal speed."""
     total = 0.0
-    for f in range(num_feet):
-        b = first_foot_body + f
+    for b in foot_bodies:
         speed = math.sqrt(body_lin_vel_w[i, b, 0] ** 2 + body_lin_vel_w[i, b, 1] ** 2)
         error = body_pos_w[i, b, 2] - target_height_m
         total += error * error * math.tanh(2.0 * speed)
@@ -50,10 +44,10 @@ def foot_clearance(
 
 
 @reward()
-def undesired_contacts(i, contact_force_w, num_feet: int = 2, force_threshold_n: float = 1.0):
-    """How many non-foot contact bodies touch something (knees, hands, ...)."""
+def undesired_contacts(i, contact_force_w, bodies: ContactBodies, force_threshold_n: float = 1.0):
+    """How many of ``bodies`` (knees, hands, ...) touch something."""
     count = 0.0
-    for c in range(num_feet, contact_force_w.shape[1]):
+    for c in bodies:
         squared = 0.0
         for k in range(3):
             squared += contact_force_w[i, c, k] ** 2
@@ -62,19 +56,27 @@ def undesired_contacts(i, contact_force_w, num_feet: int = 2, force_threshold_n:
     return count
 
 
-@observation(size=lambda shapes, params: params["num_feet"])
-def feet_contact(i, out, col, contact_force_w, num_feet: int = 2, force_threshold_n: float = 1.0):
+@observation(size=lambda shapes, params: len(params["foot_contacts"]))
+def feet_contact(
+    i, out, col, contact_force_w, foot_contacts: ContactBodies, force_threshold_n: float = 1.0
+):
     """1.0 for each foot pressing on the ground, else 0.0."""
-    for f in range(num_feet):
-        out[i, col + f] = 1.0 if contact_force_w[i, f, 2] > force_threshold_n else 0.0
+    for f in range(len(foot_contacts)):
+        pressing = contact_force_w[i, foot_contacts[f], 2] > force_threshold_n
+        out[i, col + f] = 1.0 if pressing else 0.0
+
+
+def _per_foot(shapes, params):
+    return (len(params["foot_contacts"]),)
 
 
 @preamble(
     outputs={
-        "feet_air_time": lambda shapes, params: (params["num_feet"],),
-        "feet_last_air_time": lambda shapes, params: (params["num_feet"],),
-        "feet_first_contact": lambda shapes, params: (params["num_feet"],),
-    }
+        "feet_air_time": _per_foot,
+        "feet_last_air_time": _per_foot,
+        "feet_first_contact": _per_foot,
+    },
+    reset={"feet_air_time": 0.0, "feet_last_air_time": 0.0, "feet_first_contact": 0.0},
 )
 def feet_air_timer(
     i,
@@ -83,14 +85,14 @@ def feet_air_timer(
     feet_air_time,
     feet_last_air_time,
     feet_first_contact,
-    num_feet: int = 2,
+    foot_contacts: ContactBodies,
     force_threshold_n: float = 1.0,
 ):
-    """Per-foot timers that persist across steps (the workspace keeps them): time in the air,
-    the length of the last flight, and whether the foot touched down this step. The env zeroes
-    them on reset; its observation refresh after resets runs with dt = 0, so they tick once."""
-    for f in range(num_feet):
-        touching = contact_force_w[i, f, 2] > force_threshold_n
+    """Per-foot timers that persist across steps (the workspace keeps them; a new episode
+    starts them at 0): time in the air, the length of the last flight, and whether the foot
+    touched down this step."""
+    for f in range(len(foot_contacts)):
+        touching = contact_force_w[i, foot_contacts[f], 2] > force_threshold_n
         air = feet_air_time[i, f]
         landed = touching and air > 0.0
         feet_first_contact[i, f] = 1.0 if landed else 0.0

@@ -1,13 +1,14 @@
 """Whole-body motion tracking terms (BeyondMimic's definitions), on the tracked bodies.
 
-The robot's tracked bodies are the entity's bodies, in the motion's tracked order, with the
-anchor (torso) at ``anchor_body``. The clip is kernel data and stays in cache: every term reads
-the current frame ``motion_frame[i]`` of it directly, so nothing per body is copied per env.
-One preamble term owns what several terms share, once per env per step:
-:func:`motion_reference` keeps the yaw from the motion anchor's heading to the robot anchor's
-(the targets of the tracked bodies are the motion's bodies turned by it, placed under the
-robot), each body's orientation error to its target, and the motion anchor's pose in the robot
-anchor frame for the observations.
+The robot's tracked bodies are the entity's bodies; the clip's task arrays (``motion_*``, kernel
+data that stays in cache) hold the same bodies in the same order, and ``anchor_body`` names the
+anchor (the torso). Every term reads the current frame ``motion_frame[i]`` of the clip
+directly, so nothing per body is copied per env. Two preamble terms own what several terms
+share, once per env per pass: :func:`motion_anchor_frame` keeps the yaw from the motion anchor's
+heading to the robot anchor's (the targets of the tracked bodies are the motion's bodies turned
+by it, placed under the robot) and the motion anchor's pose in the robot anchor frame for the
+observations; :func:`motion_body_ori_errors` each body's orientation error to its target, for
+the rewards only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import math
 
 import numba
-import numpy as np
 
 from fuselab_env_core.rotations import (
     atan2_nonnegative,
@@ -27,48 +27,37 @@ from fuselab_env_core.rotations import (
     yaw_quat,
     yaw_quat_mul,
 )
-from fuselab_env_core.terms import observation, preamble, reward, termination
+from fuselab_env_core.terms import Bodies, Body, observation, preamble, reward, termination
 
-ANCHOR_BODY = 7  # torso_link among the tracked bodies (see tasks/g1_motion_tracking.py)
+ANCHOR_BODY = Body("torso_link")  # BeyondMimic's anchor of the G1
 
 
 # -- preamble -----------------------------------------------------------------------------------
 
 
 def _per_body(shapes, params):
-    return (params["motion_body_quat_w"].shape[1],)
+    return (shapes["body_quat_w"][0],)
 
 
 @preamble(
-    outputs={
-        "motion_to_robot_yaw": (2,),
-        "motion_anchor_pos_b": (3,),
-        "motion_anchor_ori_b": (6,),
-        "body_ori_error_sin_half": _per_body,
-        "body_ori_error_cos_half": _per_body,
-    }
+    outputs={"motion_to_robot_yaw": (2,), "motion_anchor_pos_b": (3,), "motion_anchor_ori_b": (6,)}
 )
-def motion_reference(
+def motion_anchor_frame(
     i,
     motion_frame,
     body_pos_w,
     body_quat_w,
+    motion_body_pos_w,
+    motion_body_quat_w,
     motion_to_robot_yaw,
     motion_anchor_pos_b,
     motion_anchor_ori_b,
-    body_ori_error_sin_half,
-    body_ori_error_cos_half,
-    motion_body_pos_w: np.ndarray,
-    motion_body_quat_w: np.ndarray,
-    anchor_body: int = ANCHOR_BODY,
+    anchor_body: Body = ANCHOR_BODY,
 ):
     """The anchor transform of the clip's frame ``motion_frame[i]``.
 
     ``motion_to_robot_yaw`` is (w, z) of the rotation about world z from the motion anchor's
     heading to the robot anchor's: the body targets are the motion's bodies turned by it.
-    Each body's orientation error to its target is kept as |xyz| and |w| of the error
-    quaternion (sine and cosine of half the angle): the reward's arctangent over them then
-    vectorizes, where computed here, body by body, it was the costliest part of the kernel.
     ``motion_anchor_pos_b`` / ``_ori_b``: the motion anchor in the robot anchor's frame.
     """
     f, a = motion_frame[i], anchor_body
@@ -87,8 +76,39 @@ def motion_reference(
     yw, _, _, yz = yaw_quat(pw, px, py, pz)
     mw, _, _, mz = yaw_quat(rw, rx, ry, rz)
     # (yw, 0, 0, yz) * conjugate((mw, 0, 0, mz)), a rotation about z
-    dw, dz = yw * mw + yz * mz, yz * mw - yw * mz
-    motion_to_robot_yaw[i, 0], motion_to_robot_yaw[i, 1] = dw, dz
+    motion_to_robot_yaw[i, 0], motion_to_robot_yaw[i, 1] = yw * mw + yz * mz, yz * mw - yw * mz
+    vx, vy, vz = quat_apply_inverse(
+        pw,
+        px,
+        py,
+        pz,
+        motion_body_pos_w[f, a, 0] - body_pos_w[i, a, 0],
+        motion_body_pos_w[f, a, 1] - body_pos_w[i, a, 1],
+        motion_body_pos_w[f, a, 2] - body_pos_w[i, a, 2],
+    )
+    motion_anchor_pos_b[i, 0], motion_anchor_pos_b[i, 1], motion_anchor_pos_b[i, 2] = vx, vy, vz
+    ow, ox, oy, oz = quat_mul(pw, -px, -py, -pz, rw, rx, ry, rz)
+    m = matrix_first_two_columns(ow, ox, oy, oz)
+    for k in range(6):
+        motion_anchor_ori_b[i, k] = m[k]
+
+
+@preamble(outputs={"body_ori_error_sin_half": _per_body, "body_ori_error_cos_half": _per_body})
+def motion_body_ori_errors(
+    i,
+    motion_frame,
+    body_quat_w,
+    motion_body_quat_w,
+    motion_to_robot_yaw,
+    body_ori_error_sin_half,
+    body_ori_error_cos_half,
+):
+    """Each tracked body's orientation error to its target (the motion's body turned by
+    ``motion_to_robot_yaw``), kept as |xyz| and |w| of the error quaternion (sine and cosine of
+    half the angle): the reward's arctangent over them then vectorizes, where computed here,
+    body by body, it was the costliest part of the kernel."""
+    f = motion_frame[i]
+    dw, dz = motion_to_robot_yaw[i, 0], motion_to_robot_yaw[i, 1]
     for b in range(body_quat_w.shape[1]):
         tw, tx, ty, tz = yaw_quat_mul(
             dw,
@@ -110,20 +130,6 @@ def motion_reference(
         )
         body_ori_error_sin_half[i, b] = math.sqrt(ex * ex + ey * ey + ez * ez)
         body_ori_error_cos_half[i, b] = abs(ew)
-    vx, vy, vz = quat_apply_inverse(
-        pw,
-        px,
-        py,
-        pz,
-        motion_body_pos_w[f, a, 0] - body_pos_w[i, a, 0],
-        motion_body_pos_w[f, a, 1] - body_pos_w[i, a, 1],
-        motion_body_pos_w[f, a, 2] - body_pos_w[i, a, 2],
-    )
-    motion_anchor_pos_b[i, 0], motion_anchor_pos_b[i, 1], motion_anchor_pos_b[i, 2] = vx, vy, vz
-    ow, ox, oy, oz = quat_mul(pw, -px, -py, -pz, rw, rx, ry, rz)
-    m = matrix_first_two_columns(ow, ox, oy, oz)
-    for k in range(6):
-        motion_anchor_ori_b[i, k] = m[k]
 
 
 # -- rewards ------------------------------------------------------------------------------------
@@ -146,8 +152,8 @@ def motion_anchor_pos_error_exp(
     i,
     motion_frame,
     body_pos_w,
-    motion_body_pos_w: np.ndarray,
-    anchor_body: int = ANCHOR_BODY,
+    motion_body_pos_w,
+    anchor_body: Body = ANCHOR_BODY,
     std: float = 0.3,
 ):
     """The anchor's world position against the motion's (std in metres)."""
@@ -164,8 +170,8 @@ def motion_anchor_ori_error_exp(
     i,
     motion_frame,
     body_quat_w,
-    motion_body_quat_w: np.ndarray,
-    anchor_body: int = ANCHOR_BODY,
+    motion_body_quat_w,
+    anchor_body: Body = ANCHOR_BODY,
     std: float = 0.4,
 ):
     """The anchor's world orientation against the motion's (std in radians)."""
@@ -189,8 +195,8 @@ def motion_body_pos_error_exp(
     motion_frame,
     body_pos_w,
     motion_to_robot_yaw,
-    motion_body_pos_w: np.ndarray,
-    anchor_body: int = ANCHOR_BODY,
+    motion_body_pos_w,
+    anchor_body: Body = ANCHOR_BODY,
     std: float = 0.3,
 ):
     """Tracked bodies against their targets (std in metres): the motion's offsets from its
@@ -226,7 +232,7 @@ def motion_body_ori_error_exp(
 
 @reward()
 def motion_body_lin_vel_error_exp(
-    i, motion_frame, body_lin_vel_w, motion_body_lin_vel_w: np.ndarray, std: float = 1.0
+    i, motion_frame, body_lin_vel_w, motion_body_lin_vel_w, std: float = 1.0
 ):
     """Tracked bodies' world linear velocities against the motion's (std in m/s)."""
     return _mean_squared_error_exp(i, body_lin_vel_w, motion_frame[i], motion_body_lin_vel_w, std)
@@ -234,7 +240,7 @@ def motion_body_lin_vel_error_exp(
 
 @reward()
 def motion_body_ang_vel_error_exp(
-    i, motion_frame, body_ang_vel_w, motion_body_ang_vel_w: np.ndarray, std: float = 3.14
+    i, motion_frame, body_ang_vel_w, motion_body_ang_vel_w, std: float = 3.14
 ):
     """Tracked bodies' world angular velocities against the motion's (std in rad/s)."""
     return _mean_squared_error_exp(i, body_ang_vel_w, motion_frame[i], motion_body_ang_vel_w, std)
@@ -248,8 +254,8 @@ def motion_anchor_height_error(
     i,
     motion_frame,
     body_pos_w,
-    motion_body_pos_w: np.ndarray,
-    anchor_body: int = ANCHOR_BODY,
+    motion_body_pos_w,
+    anchor_body: Body = ANCHOR_BODY,
     threshold_m: float = 0.25,
 ):
     a = anchor_body
@@ -261,8 +267,8 @@ def motion_anchor_ori_error(
     i,
     motion_frame,
     body_quat_w,
-    motion_body_quat_w: np.ndarray,
-    anchor_body: int = ANCHOR_BODY,
+    motion_body_quat_w,
+    anchor_body: Body = ANCHOR_BODY,
     threshold: float = 0.8,
 ):
     """The anchor's gravity direction (z of gravity in the anchor frame) strays from the
@@ -280,14 +286,13 @@ def motion_body_height_error(
     i,
     motion_frame,
     body_pos_w,
-    motion_body_pos_w: np.ndarray,
-    body_ids: np.ndarray,
+    motion_body_pos_w,
+    bodies: Bodies,
     threshold_m: float = 0.25,
 ):
-    """Any of ``body_ids`` (end effectors) strays in height from its target (the motion's)."""
+    """Any of ``bodies`` (the end effectors) strays in height from its target (the motion's)."""
     f = motion_frame[i]
-    for k in range(body_ids.shape[0]):
-        b = body_ids[k]
+    for b in bodies:  # noqa: SIM110 - Numba compiles no generator for any()
         if abs(motion_body_pos_w[f, b, 2] - body_pos_w[i, b, 2]) > threshold_m:
             return True
     return False
@@ -296,10 +301,8 @@ def motion_body_height_error(
 # -- observations -------------------------------------------------------------------------------
 
 
-@observation(size=lambda shapes, params: 2 * params["motion_joint_pos"].shape[1])
-def motion_command(
-    i, out, col, motion_frame, motion_joint_pos: np.ndarray, motion_joint_vel: np.ndarray
-):
+@observation(size=lambda shapes, params: 2 * shapes["motion_joint_pos"][1])
+def motion_command(i, out, col, motion_frame, motion_joint_pos, motion_joint_vel):
     """The reference joint positions and velocities of the current frame."""
     f, n = motion_frame[i], motion_joint_pos.shape[1]
     # Two loops: with both stores in one, the loop did not vectorize.
@@ -336,7 +339,7 @@ def _anchor_axes(i, body_quat_w, a):
 
 
 @observation(size=lambda shapes, params: 3 * shapes["body_pos_w"][0])
-def body_pos_b(i, out, col, body_pos_w, body_quat_w, anchor_body: int = ANCHOR_BODY):
+def body_pos_b(i, out, col, body_pos_w, body_quat_w, anchor_body: Body = ANCHOR_BODY):
     """Tracked bodies' positions in the robot anchor's frame."""
     a = anchor_body
     r = _anchor_axes(i, body_quat_w, a)
@@ -350,7 +353,7 @@ def body_pos_b(i, out, col, body_pos_w, body_quat_w, anchor_body: int = ANCHOR_B
 
 
 @observation(size=lambda shapes, params: 6 * shapes["body_quat_w"][0])
-def body_ori_b(i, out, col, body_quat_w, anchor_body: int = ANCHOR_BODY):
+def body_ori_b(i, out, col, body_quat_w, anchor_body: Body = ANCHOR_BODY):
     """Tracked bodies' orientations relative to the robot anchor: the first two columns of the
     anchor-frame rotation matrix (each body's matrix columns taken into the anchor frame)."""
     r = _anchor_axes(i, body_quat_w, anchor_body)
