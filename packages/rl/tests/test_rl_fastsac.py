@@ -305,6 +305,19 @@ def test_exported_policy_is_deterministic_on_cpu_and_is_the_squashed_mean(traine
     assert not any(p.requires_grad for p in policy.parameters())
 
 
+def test_the_soft_update_moves_every_target_parameter_tau_of_the_way_to_the_critic(trained):
+    _, trainer = trained
+    learner = trainer.learner
+    before = [p.detach().clone() for p in learner.critic_target.parameters()]
+    learner.update()
+    after = list(learner.critic_target.parameters())
+    online = list(learner.critic.parameters())
+    assert len(before) == len(after) == len(online) > 0
+    for old, target, critic in zip(before, after, online, strict=True):
+        torch.testing.assert_close(target, old + learner.cfg.tau * (critic - old))
+    assert not all(torch.equal(old, target) for old, target in zip(before, after, strict=True))
+
+
 def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):
     overrides = [
         "task=cartpole",

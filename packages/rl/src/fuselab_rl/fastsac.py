@@ -208,6 +208,9 @@ class FastSAC:
             v_max=cfg.v_max,
         ).to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        # the soft update's operands; load_state_dict copies into these same tensors
+        self._target_parameters: list[torch.Tensor] = list(self.critic_target.parameters())
+        self._online_parameters: list[torch.Tensor] = list(self.critic.parameters())
         self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=device, requires_grad=True)
         self.target_entropy = -cfg.target_entropy_scale * action_dim
         self.actor_optimizer = torch.optim.AdamW(
@@ -312,11 +315,8 @@ class FastSAC:
         loss.backward()
         self._clip(self.critic)
         self.critic_optimizer.step()
-        with torch.no_grad():
-            for target, online in zip(
-                self.critic_target.parameters(), self.critic.parameters(), strict=True
-            ):
-                target.lerp_(online, self.cfg.tau)
+        with torch.no_grad():  # target <- target + tau * (online - target), one fused call
+            torch._foreach_lerp_(self._target_parameters, self._online_parameters, self.cfg.tau)
         self._add("Loss/critic", loss)
         self._add("Policy/q", q)
 
