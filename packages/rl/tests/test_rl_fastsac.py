@@ -12,6 +12,7 @@ import pytest
 import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 
+from fuselab_rl.async_collect import InProcessCollector
 from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer, split_threads
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
@@ -305,6 +306,18 @@ def test_exported_policy_is_deterministic_on_cpu_and_is_the_squashed_mean(traine
     assert not any(p.requires_grad for p in policy.parameters())
 
 
+def test_sync_iterations_are_env_steps_collected_in_process_with_the_learners_policy(trained):
+    _, trainer = trained
+    collector = trainer._collector
+    assert isinstance(collector, InProcessCollector) and not collector.free_running
+    taken = trainer._records_taken
+    metrics = trainer.iterate()
+    assert trainer._records_taken == taken + trainer.cfg.steps_per_iteration
+    assert metrics["Perf/policy_lag_updates"] == 0  # it acts with the learner's policy itself
+    assert metrics["Perf/collect_blocked_s"] == 0
+    assert not {"Perf/learn_wait_s", "Perf/ring_fill"} & metrics.keys()  # no ring to wait on
+
+
 def test_the_soft_update_moves_every_target_parameter_tau_of_the_way_to_the_critic(trained):
     _, trainer = trained
     learner = trainer.learner
@@ -316,6 +329,35 @@ def test_the_soft_update_moves_every_target_parameter_tau_of_the_way_to_the_crit
     for old, target, critic in zip(before, after, online, strict=True):
         torch.testing.assert_close(target, old + learner.cfg.tau * (critic - old))
     assert not all(torch.equal(old, target) for old, target in zip(before, after, strict=True))
+
+
+def test_the_in_process_collector_numbers_records_and_warms_up_with_seeded_uniform_actions(
+    tmp_path,
+):
+    torch.set_num_threads(1)
+    cfg = helpers.compose("cartpole", algo=("mode=sync", "learning_starts=2"))
+    trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.threads(1), tmp_path)
+    collector = trainer._collector
+    assert isinstance(collector, InProcessCollector)
+    rng = np.random.default_rng(int(cfg.seed))
+    shape = (trainer.spec.num_envs, trainer.spec.action_dim)
+    try:
+        for step in range(3):
+            assert collector.available() == 0
+            assert collector.wait_for_records(1) == 1 == collector.available()
+            record = collector.peek()
+            assert int(record["seq"]) == step and int(record["policy_updates"]) == 0
+            uniform = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+            if step < 2:  # learning_starts random steps, the numbers uniform() draws
+                np.testing.assert_array_equal(record["actions"], uniform)
+            else:  # then the (untrained) policy acts
+                assert not np.array_equal(record["actions"], uniform)
+                assert (np.abs(record["actions"]) <= 1).all()
+            collector.release()
+        with pytest.raises(ValueError, match="holds one record, asked for 2"):
+            collector.wait_for_records(2)
+    finally:
+        trainer.close()
 
 
 def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):

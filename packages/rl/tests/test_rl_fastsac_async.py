@@ -17,6 +17,7 @@ import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 
 from fuselab_rl.async_collect import (
+    AsyncCollector,
     CollectorFailed,
     RecordLayout,
     TransitionRing,
@@ -151,7 +152,8 @@ def test_a_killed_collector_ends_the_run_with_an_error_naming_it_and_frees_share
 ):
     trainer = FastSACTrainer(_async_cfg(), torch.device("cpu"), helpers.threads(2), tmp_path)
     collector = trainer._collector
-    assert collector is not None and collector.ring is not None and collector.weights is not None
+    assert isinstance(collector, AsyncCollector)
+    assert collector.ring is not None and collector.weights is not None
     names = [collector.ring.spec.name, collector.weights.spec.name]
     try:
         assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
@@ -189,7 +191,8 @@ def test_a_collector_start_up_error_is_raised_in_the_learner_with_its_text(tmp_p
 def _learner(cfg, tmp_path, queue):
     trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.threads(2), tmp_path)
     collector = trainer._collector
-    assert collector is not None and collector.ring is not None and collector.weights is not None
+    assert isinstance(collector, AsyncCollector)
+    assert collector.ring is not None and collector.weights is not None
     trainer.iterate()
     queue.put((collector.process.pid, collector.ring.spec.name, collector.weights.spec.name))
     while True:
@@ -230,7 +233,7 @@ def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tm
     trainer = FastSACTrainer(
         helpers.compose("cartpole"), torch.device("cpu"), helpers.threads(2), tmp_path
     )
-    assert trainer._collector is not None
+    assert isinstance(trainer._collector, AsyncCollector)
     best, iterations, metrics = -math.inf, 0, {}
     started = time.perf_counter()
     try:
@@ -252,3 +255,4 @@ def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tm
         trainer.learner.updates,
     )
     assert metrics["Perf/collect_steps_per_s"] > 0 and metrics["Perf/policy_lag_updates"] >= 0
+    assert metrics["Perf/learn_wait_s"] >= 0 and 0 <= metrics["Perf/ring_fill"] <= 1

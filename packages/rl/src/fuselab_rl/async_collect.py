@@ -1,7 +1,16 @@
-"""Asynchronous collection: a collector process stepping the env while the learner learns.
+"""Collection for FastSAC: where the trainer's env steps come from.
 
-Two shared-memory channels link the processes (both live in ``/dev/shm`` under names that
-start with :data:`SHM_PREFIX`, the learner's pid and a random token):
+The trainer talks to one :class:`Collector` interface. Every env step (of every env) reaches it
+as a transition record (:func:`transition_layout`), in order and numbered from 0; the two
+implementations differ in who steps the env and when:
+
+- :class:`InProcessCollector` (``algo.mode=sync``): the env in the learner's process, stepped
+  when the trainer waits for a record, acting with the learner's own policy on its device.
+- :class:`AsyncCollector` (``algo.mode=async``): a collector process (:func:`collector_main`)
+  stepping the env while the learner learns.
+
+Two shared-memory channels link the processes of async mode (both live in ``/dev/shm`` under
+names that start with :data:`SHM_PREFIX`, the learner's pid and a random token):
 
 - :class:`TransitionRing`: a single-producer single-consumer ring of fixed-size slots, each
   holding one record of a fixed layout (here: one env step of every env). The producer fills
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing as mp
 import os
 import secrets
@@ -45,7 +55,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -92,6 +102,24 @@ def _shm_free_bytes() -> float:
         return stat.f_bavail * stat.f_frsize
     except OSError:
         return float("nan")
+
+
+def fit_ring_slots(record_nbytes: int, slots: int) -> int:
+    """``slots`` ring slots of ``record_nbytes``, fewer if they would take more than half of
+    /dev/shm's free space."""
+    free = _shm_free_bytes()
+    if math.isfinite(free) and slots * record_nbytes > free / 2:
+        fitted = max(2, int(free / 2 // record_nbytes))
+        log.warning(
+            "algo.collector.ring_slots: %d slots of %.1f MiB exceed half of /dev/shm's "
+            "%.0f MiB free; using %d",
+            slots,
+            record_nbytes / 2**20,
+            free / 2**20,
+            fitted,
+        )
+        slots = fitted
+    return slots
 
 
 def _unlink(segment: shared_memory.SharedMemory) -> None:
@@ -450,19 +478,190 @@ def write_step(record: Mapping[str, np.ndarray], result: Any) -> None:
     record["terminations"][:] = list(info["terminations"].values())
 
 
-def record_info(record: Mapping[str, np.ndarray], spec: EnvSpec) -> dict[str, Any]:
-    """The summary of a step's ``info`` that :class:`fuselab_rl.episode_stats.EpisodeStats`
-    reads, rebuilt from a record (the inverse of :func:`write_step` for those keys)."""
-    count, return_sum, length_sum = (float(x) for x in record["episodes"])
-    info: dict[str, Any] = {
-        "reward_terms": dict(zip(spec.reward_terms, record["reward_terms"].tolist(), strict=True)),
-        "terminations": dict(zip(spec.terminations, record["terminations"].tolist(), strict=True)),
-        "reset_envs": np.empty(int(count), np.int64),  # only its size is read
-    }
-    if count:
-        info["episode_return"] = return_sum / count
-        info["episode_length"] = length_sum / count
-    return info
+def uniform_actions(rng: np.random.Generator, scratch: np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = rng.uniform(-1, 1, out.shape)``, the same numbers, without allocating:
+    ``scratch`` is a float64 array of ``out``'s shape."""
+    rng.random(out=scratch)
+    scratch *= 2.0  # uniform's low + (high - low) * u, in the same float64 steps
+    scratch -= 1.0
+    np.copyto(out, scratch, casting="same_kind")
+
+
+# -- the Collector interface -----------------------------------------------------------------------
+
+
+class ActingLearner(Protocol):
+    """What a collector needs of the learner (:class:`fuselab_rl.fastsac.FastSAC`)."""
+
+    @property
+    def policy(self) -> torch.nn.Module: ...  # acts with ``explore(obs)``; the learner's device
+
+    @property
+    def policy_builder(self) -> Callable[[], torch.nn.Module]: ...  # picklable: a fresh copy
+
+    @property
+    def updates(self) -> int: ...  # the update count: the policy version stamped on records
+
+
+class Collector(Protocol):
+    """Where the trainer's env steps come from: transition records, in order, numbered by
+    their ``seq`` field from 0; a record stays readable from :meth:`peek` until released."""
+
+    spec: EnvSpec
+    free_running: bool  # steps the env on its own (its own process), not only when waited for
+
+    def start(self, learner: ActingLearner, random_steps: int) -> None:
+        """Begin collecting with the learner's policy. The first ``random_steps`` env steps
+        act uniformly at random while that policy is still the untrained one."""
+        ...
+
+    def publish(self) -> None:
+        """The learner's policy changed (updates, or a loaded state): act with it from now on."""
+        ...
+
+    def check(self) -> None:
+        """Raise :class:`CollectorFailed` if collection failed."""
+        ...
+
+    def available(self) -> int: ...
+
+    def peek(self, offset: int = 0) -> dict[str, np.ndarray]: ...
+
+    def release(self, count: int = 1) -> None: ...
+
+    def wait_for_records(self, count: int = 1) -> int:
+        """Block until ``count`` records are available; returns how many are."""
+        ...
+
+    def iteration_limits(
+        self, steps_per_iteration: int, updates_per_iteration: int
+    ) -> tuple[float, float]:
+        """(records, updates) after which a training iteration ends, whichever comes first."""
+        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Collection metrics since the last call."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class InProcessCollector:
+    """The :class:`Collector` of sync mode: the env in the learner's process, stepped when the
+    trainer waits for a record (one record, refilled once released), acting with the
+    learner's own policy on its device, so there is never a copy to publish."""
+
+    free_running = False
+
+    def __init__(self, cfg: Any, *, seed: int):
+        from fuselab_envs.registry import make_env
+
+        started = time.perf_counter()
+        self.env = make_env(cfg)
+        self.spec = EnvSpec.of(self.env)
+        self._rng = np.random.default_rng(seed)
+        self._record = {
+            name: np.zeros(shape, dtype)
+            for name, shape, dtype in transition_layout(self.spec).fields
+        }
+        self._actions = torch.from_numpy(self._record["actions"])  # the policy writes here
+        self._random_actions = np.empty(self._actions.shape, np.float64)
+        self._learner: ActingLearner | None = None
+        self._policy: Any = None  # the learner's, with explore(obs)
+        self._device = torch.device("cpu")
+        self._obs: Mapping[str, np.ndarray] = {}
+        self._random_steps_left = 0
+        self._steps = 0
+        self._ready = False  # the record holds a step not yet released
+        self._closed = False
+        log.info(
+            "in-process collector: env %s with %d envs (%.1f ms)",
+            cfg.task_name,
+            self.spec.num_envs,
+            (time.perf_counter() - started) * 1e3,
+        )
+
+    def start(self, learner: ActingLearner, random_steps: int) -> None:
+        self._learner, self._policy = learner, learner.policy
+        self._device = next(learner.policy.parameters()).device
+        self._obs = self.env.reset_all()
+        self._random_steps_left = random_steps
+
+    def publish(self) -> None:
+        """Nothing to copy (the policy is the learner's own); a published policy ends the
+        random warm-up, so a loaded one acts from the next step."""
+        self._random_steps_left = 0
+
+    def check(self) -> None:
+        """Nothing runs between the trainer's calls, so nothing can have failed there."""
+
+    def available(self) -> int:
+        return int(self._ready)
+
+    def peek(self, offset: int = 0) -> dict[str, np.ndarray]:
+        if not self._ready or offset:
+            raise IndexError(f"in-process collector: no record at offset {offset}")
+        return self._record
+
+    def release(self, count: int = 1) -> None:
+        if count != int(self._ready):
+            raise IndexError(f"in-process collector: {count} records to release, holds one")
+        self._ready = False
+
+    def wait_for_records(self, count: int = 1) -> int:
+        """Step the env (if the record was released): one record, in this process."""
+        if count != 1:
+            raise ValueError(f"in-process collector: holds one record, asked for {count}")
+        if not self._ready:
+            self._step()
+        return 1
+
+    def iteration_limits(
+        self, steps_per_iteration: int, updates_per_iteration: int
+    ) -> tuple[float, float]:
+        """It steps only when waited for: an iteration is ``steps_per_iteration`` env steps
+        and every update they earn."""
+        return float(steps_per_iteration), math.inf
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        """Stop the env's backend threads (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        backend_close = getattr(self.env.backend, "close", None)
+        if backend_close is not None:
+            backend_close()
+
+    def _step(self) -> None:
+        assert self._learner is not None, "in-process collector: start() first"
+        started = time.perf_counter()
+        record = self._record
+        for group in self.spec.obs_dims:  # the env's buffers change on step: the record is the copy
+            np.copyto(record[f"obs.{group}"], self._obs[group])
+        if self._random_steps_left > 0:
+            self._random_steps_left -= 1
+            uniform_actions(self._rng, self._random_actions, record["actions"])
+        else:
+            with torch.inference_mode():
+                obs = torch.from_numpy(record["obs.actor"]).to(self._device)
+                self._actions.copy_(self._policy.explore(obs))
+        env_started = time.perf_counter()
+        result = self.env.step(record["actions"])
+        env_s = time.perf_counter() - env_started
+        write_step(record, result)
+        self._obs = result.obs
+        record["seq"][...] = self._steps
+        record["policy_updates"][...] = self._learner.updates  # acts with the learner's own
+        timing = record["timing"]
+        timing[0] = time.perf_counter() - started
+        timing[1] = env_s
+        timing[2] = 0.0  # never blocked
+        timing[3] = time.monotonic()
+        self._steps += 1
+        self._ready = True
 
 
 # -- the collector process -------------------------------------------------------------------------
@@ -592,7 +791,7 @@ def _collect(
     alive: Callable[[], bool],
 ) -> None:
     rng = np.random.default_rng(seed)
-    random_actions = np.empty((spec.num_envs, spec.action_dim), np.float32)
+    random_actions = np.empty((spec.num_envs, spec.action_dim), np.float64)
     obs = env.reset_all()
     version, policy_updates, step = -1, 0, 0
     groups = tuple(spec.obs_dims)
@@ -611,12 +810,11 @@ def _collect(
         for group in groups:  # the env's buffers change on step: the record is the copy
             np.copyto(record[f"obs.{group}"], obs[group])
         if step < random_steps and policy_updates == 0:  # an untrained policy: explore widely
-            random_actions[:] = rng.uniform(-1.0, 1.0, random_actions.shape)
-            actions = random_actions
+            uniform_actions(rng, random_actions, record["actions"])
         else:
             with torch.inference_mode():
                 actions = policy.explore(torch.from_numpy(record["obs.actor"])).numpy()
-        np.copyto(record["actions"], actions)
+            np.copyto(record["actions"], actions)
         env_started = time.perf_counter()
         result = env.step(record["actions"])
         env_s = time.perf_counter() - env_started
@@ -665,7 +863,10 @@ class LogSetup:
 
 
 class AsyncCollector:
-    """Spawns and supervises the collector process; owns the shared memory."""
+    """The :class:`Collector` of async mode: spawns and supervises the collector process and
+    owns the shared memory. ``ring_slots``: env steps in flight (fewer if /dev/shm is short)."""
+
+    free_running = True
 
     def __init__(
         self,
@@ -673,6 +874,7 @@ class AsyncCollector:
         *,
         num_threads: int,
         seed: int,
+        ring_slots: int = 64,
         start_timeout_s: float = 300.0,
     ):
         started = time.perf_counter()
@@ -680,6 +882,10 @@ class AsyncCollector:
         self._conn, child_conn = context.Pipe()
         self.ring: TransitionRing | None = None
         self.weights: WeightChannel | None = None
+        self._ring_slots = ring_slots
+        self._learner: ActingLearner | None = None
+        self._packer: PolicyPacker | None = None
+        self._wait_s = 0.0  # the learner's waits for records since metrics()
         self._closed = False
         self._error: str | None = None  # the failure, once known
         self._child_error: str | None = None  # the exception text the collector sent
@@ -729,21 +935,22 @@ class AsyncCollector:
         )
         return message[1]
 
-    def start(
-        self,
-        *,
-        policy_builder: Callable[[], torch.nn.Module],
-        weights_numel: int,
-        ring_slots: int,
-        random_steps: int,
-    ) -> None:
-        """Create the ring and the weight channel and let the collector run."""
+    def start(self, learner: ActingLearner, random_steps: int) -> None:
+        """Create the ring and the weight channel, let the collector run and publish the
+        learner's policy as the first version."""
         started = time.perf_counter()
-        self.ring = TransitionRing.create(transition_layout(self.spec), ring_slots)
+        self._learner = learner
+        self._packer = PolicyPacker(learner.policy)
+        weights_numel = self._packer.numel
+        layout = transition_layout(self.spec)
+        ring_slots = fit_ring_slots(layout.nbytes, self._ring_slots)
+        self.ring = TransitionRing.create(layout, ring_slots)
         self._channels.append(self.ring)
         self.weights = WeightChannel.create(weights_numel)
         self._channels.append(self.weights)
-        plan = CollectorPlan(self.ring.spec, self.weights.spec, policy_builder, random_steps)
+        plan = CollectorPlan(
+            self.ring.spec, self.weights.spec, learner.policy_builder, random_steps
+        )
         try:
             self._conn.send(("plan", plan))
         except OSError:  # the collector is gone: say why
@@ -758,6 +965,42 @@ class AsyncCollector:
             4 * weights_numel / 2**20,
             (time.perf_counter() - started) * 1e3,
         )
+        self.publish()
+
+    def publish(self) -> None:
+        """Copy the learner's policy into the weight channel, tagged with its update count (the
+        collector acts with it from its next env step; tag 0 keeps its random warm-up)."""
+        assert self.weights is not None and self._packer and self._learner is not None
+        self.weights.publish(self._packer.pack(), tag=self._learner.updates)
+
+    def available(self) -> int:
+        assert self.ring is not None
+        return self.ring.available()
+
+    def peek(self, offset: int = 0) -> dict[str, np.ndarray]:
+        assert self.ring is not None
+        return self.ring.peek(offset)
+
+    def release(self, count: int = 1) -> None:
+        assert self.ring is not None
+        self.ring.release(count)
+
+    def iteration_limits(
+        self, steps_per_iteration: int, updates_per_iteration: int
+    ) -> tuple[float, float]:
+        """It runs on its own: an iteration is ``updates_per_iteration`` updates, on whatever
+        it delivered meanwhile."""
+        return math.inf, float(updates_per_iteration)
+
+    def metrics(self) -> dict[str, float]:
+        """The learner's waits for records since the last call, and how full the ring is."""
+        assert self.ring is not None
+        out = {
+            "Perf/learn_wait_s": self._wait_s,
+            "Perf/ring_fill": self.ring.available() / self.ring.slots,
+        }
+        self._wait_s = 0.0
+        return out
 
     def _receive(self) -> Any:
         """The next message from the collector, or None; an error report is kept for
@@ -794,8 +1037,8 @@ class AsyncCollector:
     def wait_for_records(self, count: int = 1) -> int:
         """Block until ``count`` records are available (checking that the collector lives)."""
         assert self.ring is not None
+        started = checked = time.perf_counter()
         available = self.ring.available()
-        checked = time.perf_counter()
         pause = _POLL_S[0]
         while available < count:
             time.sleep(pause)
@@ -805,6 +1048,7 @@ class AsyncCollector:
                 checked = now
                 self.check()
             available = self.ring.available()
+        self._wait_s += time.perf_counter() - started
         return available
 
     def close(self) -> None:

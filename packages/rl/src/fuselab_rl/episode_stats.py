@@ -8,7 +8,8 @@
   termination ended (0 when none finished; a row may count for more than one name).
 
 A collector calls :meth:`EpisodeStats.add` after every ``env.step`` and :meth:`metrics` once per
-iteration; FastSAC's collector runs in another process and sends the same ``info`` summaries.
+iteration. FastSAC's transition records carry a step's summary instead of its ``info``; they go
+in through :meth:`EpisodeStats.add_step`.
 """
 
 from __future__ import annotations
@@ -33,24 +34,39 @@ class EpisodeStats:
 
     def add(self, info: Mapping[str, Any]) -> None:
         """Accumulate one step's ``info`` (FusedEnv's keys)."""
-        self._steps += 1
-        for term, value in info.get("reward_terms", {}).items():
-            self._reward_sums[term] = self._reward_sums.get(term, 0.0) + float(value)
-        for name in info.get("terminations", {}):
-            self._termination_counts.setdefault(name, 0.0)
         finished = int(np.size(info.get("reset_envs", ())))
+        self.add_step(
+            info.get("reward_terms", {}),
+            info.get("terminations", {}),
+            finished,
+            episode_return=info["episode_return"] if finished else 0.0,
+            episode_length=info["episode_length"] if finished else 0.0,
+        )
+
+    def add_step(
+        self,
+        reward_terms: Mapping[str, float],
+        terminations: Mapping[str, float],
+        finished: int,
+        *,
+        episode_return: float = 0.0,
+        episode_length: float = 0.0,
+    ) -> None:
+        """Accumulate one step's summary: the mean over all envs of each reward term and
+        termination, the episodes that ended, and their mean return and length."""
+        self._steps += 1
+        for term, value in reward_terms.items():
+            self._reward_sums[term] = self._reward_sums.get(term, 0.0) + float(value)
+        for name in terminations:
+            self._termination_counts.setdefault(name, 0.0)
         if not finished:
             return
         self._finished += finished
-        for name, fraction in info.get("terminations", {}).items():
+        for name, fraction in terminations.items():
             # The env reports the mean over all envs; rows that fire are rows that finished.
             self._termination_counts[name] += float(fraction) * self.num_envs
         self._recent.append(
-            (
-                float(info["episode_return"]) * finished,
-                float(info["episode_length"]) * finished,
-                finished,
-            )
+            (float(episode_return) * finished, float(episode_length) * finished, finished)
         )
         self._recent_count += finished
         while self._recent_count - self._recent[0][2] >= self.window:

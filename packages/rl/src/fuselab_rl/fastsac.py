@@ -7,17 +7,19 @@ from a per-env replay (:mod:`fuselab_rl.replay`), LayerNorm + SiLU networks, run
 observation normalization, several critic updates per env step and a delayed actor and
 temperature update.
 
-:class:`FastSACTrainer` runs it in one of two modes (``algo.mode``):
+:class:`FastSACTrainer` feeds it from a collector (:mod:`fuselab_rl.async_collect`, one
+interface), chosen by ``algo.mode``:
 
 - ``async``: a collector process steps the env and writes transitions into a shared-memory
-  ring while this process learns and publishes the policy (:mod:`fuselab_rl.async_collect`).
-  Each env step received earns ``updates_per_step`` updates, with at most one iteration's
-  worth banked: a learner faster than that waits for data; a collector faster than that
-  just fills the replay faster (unless ``collector.min_updates_per_step`` holds it back).
-- ``sync``: one env step, then the updates it earned, in this process (debugging, tests).
+  ring while this process learns and publishes the policy. Each env step received earns
+  ``updates_per_step`` updates, with at most one iteration's worth banked: a learner faster
+  than that waits for data; a collector faster than that just fills the replay faster
+  (unless ``collector.min_updates_per_step`` holds it back). An iteration is
+  ``steps_per_iteration * updates_per_step`` critic updates.
+- ``sync``: one env step, then the updates it earned, in this process (debugging, tests); an
+  iteration is ``steps_per_iteration`` env steps.
 
-An iteration is ``steps_per_iteration * updates_per_step`` critic updates in both modes; the
-replay first fills with ``learning_starts`` env steps (random actions if the policy is new).
+The replay first fills with ``learning_starts`` env steps (random actions if the policy is new).
 """
 
 from __future__ import annotations
@@ -41,11 +43,9 @@ from torch.nn import functional as F
 
 from fuselab_rl.async_collect import (
     AsyncCollector,
+    Collector,
     EnvSpec,
-    PolicyPacker,
-    record_info,
-    transition_layout,
-    write_step,
+    InProcessCollector,
 )
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.fastsac_networks import (
@@ -442,7 +442,14 @@ class StepStats:
 
     def add(self, record: dict[str, np.ndarray], learner_updates: int) -> None:
         self.steps += 1
-        self.episodes.add(record_info(record, self.spec))
+        finished, return_sum, length_sum = (float(x) for x in record["episodes"])
+        self.episodes.add_step(
+            dict(zip(self.spec.reward_terms, record["reward_terms"].tolist(), strict=True)),
+            dict(zip(self.spec.terminations, record["terminations"].tolist(), strict=True)),
+            int(finished),
+            episode_return=return_sum / finished if finished else 0.0,
+            episode_length=length_sum / finished if finished else 0.0,
+        )
         busy_s, env_s, blocked_s, commit = (float(x) for x in record["timing"])
         self.busy_s += busy_s
         self.env_s += env_s
@@ -481,7 +488,8 @@ class StepStats:
 
 
 class FastSACTrainer:
-    """The runner's Trainer for FastSAC (see :mod:`fuselab_rl.runner`)."""
+    """The runner's Trainer for FastSAC (see :mod:`fuselab_rl.runner`): the learner, fed by the
+    mode's :class:`~fuselab_rl.async_collect.Collector`."""
 
     def __init__(self, cfg: DictConfig, device: torch.device, threads: ThreadBudget, run_dir: Path):
         started = time.perf_counter()
@@ -489,12 +497,8 @@ class FastSACTrainer:
         self.device = torch.device(device)
         self.run_dir = Path(run_dir)
         torch.manual_seed(int(cfg.seed))
-        self._collector: AsyncCollector | None = None
-        self._env: Any = None
-        if self.cfg.mode == "async":
-            self.spec = self._spawn_collector(cfg, threads.total)
-        else:
-            self.spec = self._make_env(cfg)
+        self._collector = self._make_collector(cfg, threads.total)
+        self.spec = self._collector.spec
         try:
             self.learner = FastSAC(self.cfg, self.spec, self.device)
             self.stats = StepStats(self.spec)
@@ -502,19 +506,27 @@ class FastSACTrainer:
             self.iterations = 0
             self._records_taken = 0  # from this collector (its records' sequence numbers)
             self._update_credit = 0.0  # updates the ratio allows now
-            self._updates_owed = 0.0  # async: minimum updates due before the next record
+            self._updates_owed = 0.0  # minimum updates due before the next record is taken
             self._previous_commit: float | None = None
-            if self._collector is not None:
-                self._start_collector()
-            else:
-                self._start_sync(int(cfg.seed))
+            self._collector.start(self.learner, random_steps=self.cfg.learning_starts)
         except BaseException:
             self.close()
             raise
         log.info("FastSAC trainer ready (%.1f ms)", (time.perf_counter() - started) * 1e3)
 
-    def _spawn_collector(self, cfg: DictConfig, total_threads: int) -> EnvSpec:
-        """Async: split the threads, spawn the collector process (it builds the env)."""
+    def _make_collector(self, cfg: DictConfig, total_threads: int) -> Collector:
+        """The mode's collector: the env in this process (sync), or a collector process that
+        builds it (async), with the threads split between that process and this one."""
+        if self.cfg.mode == "sync":
+            collector = InProcessCollector(cfg, seed=int(cfg.seed))
+            log.info(
+                "sync FastSAC: env %s with %d envs in this process; torch %d threads on %s",
+                cfg.task_name,
+                collector.spec.num_envs,
+                torch.get_num_threads(),
+                self.device,
+            )
+            return collector
         collector_threads, learner_threads = split_threads(
             total_threads, self.device, self.cfg.collector_threads
         )
@@ -530,47 +542,12 @@ class FastSACTrainer:
         env_cfg = OmegaConf.to_container(cfg, resolve=True)
         assert isinstance(env_cfg, dict)
         env_cfg.pop("algo", None)
-        self._collector = AsyncCollector(env_cfg, num_threads=collector_threads, seed=int(cfg.seed))
-        return self._collector.spec
-
-    def _make_env(self, cfg: DictConfig) -> EnvSpec:
-        """Sync: the env, in this process."""
-        from fuselab_envs.registry import make_env
-
-        started = time.perf_counter()
-        self._env = make_env(cfg)
-        spec = EnvSpec.of(self._env)
-        log.info(
-            "sync FastSAC: env %s with %d envs (%.1f ms); torch %d threads on %s",
-            cfg.task_name,
-            spec.num_envs,
-            (time.perf_counter() - started) * 1e3,
-            torch.get_num_threads(),
-            self.device,
+        return AsyncCollector(
+            env_cfg,
+            num_threads=collector_threads,
+            seed=int(cfg.seed),
+            ring_slots=self.cfg.ring_slots,
         )
-        return spec
-
-    def _start_collector(self) -> None:
-        """Async: shared memory for the ring and the weights, the plan, the first policy."""
-        assert self._collector is not None
-        self._packer = PolicyPacker(self.learner.policy)
-        self._collector.start(
-            policy_builder=self.learner.policy_builder,
-            weights_numel=self._packer.numel,
-            ring_slots=self._ring_slots(),
-            random_steps=self.cfg.learning_starts,
-        )
-        self._publish()
-
-    def _start_sync(self, seed: int) -> None:
-        """Sync: the transition record this process fills, the first observations."""
-        self._record = {
-            name: np.zeros(shape, dtype)
-            for name, shape, dtype in transition_layout(self.spec).fields
-        }
-        self._obs = self._env.reset_all()
-        self._rng = np.random.default_rng(seed)
-        self._random_steps_left = self.cfg.learning_starts
 
     # -- the Trainer contract --------------------------------------------------------------------
 
@@ -578,19 +555,18 @@ class FastSACTrainer:
         started = time.perf_counter()
         env_steps = self.env_steps
         updates_goal = max(1, round(self.cfg.steps_per_iteration * self.cfg.updates_per_step))
-        if self._collector is not None:
-            timing = self._iterate_async(updates_goal)
-        else:
-            timing = self._iterate_sync()
-        metrics = self.stats.metrics(self._previous_commit, continuous=self._collector is not None)
+        learn_s, updates = self._learn(
+            *self._collector.iteration_limits(self.cfg.steps_per_iteration, updates_goal)
+        )
+        metrics = self.stats.metrics(self._previous_commit, continuous=self._collector.free_running)
         self._previous_commit = self.stats.last_commit
-        updates = timing.pop("updates")
         self.stats.reset()
         metrics |= self.learner.metrics()
-        metrics |= timing
+        metrics["Perf/learn_s"] = learn_s
+        metrics |= self._collector.metrics()
         metrics |= {
             "Perf/env_steps": float((self.env_steps - env_steps) * self.spec.num_envs),
-            "Perf/updates_per_s": updates / max(timing["Perf/learn_s"], 1e-9),
+            "Perf/updates_per_s": updates / max(learn_s, 1e-9),
             "Perf/iteration_s": time.perf_counter() - started,
             "Perf/updates": float(self.learner.updates),
         }
@@ -614,10 +590,7 @@ class FastSACTrainer:
         self.iterations = int(state["iterations"])
         # a trained policy acts from the first step; the replay (not saved) fills up again
         # for learning_starts steps before the updates resume
-        if self._collector is not None:
-            self._publish()
-        else:
-            self._random_steps_left = 0
+        self._collector.publish()
 
     def export_policy(self) -> nn.Module:
         """Deterministic CPU policy: actor obs (B, D) -> tanh of the mean (B, A)."""
@@ -635,16 +608,39 @@ class FastSACTrainer:
         return policy.eval().requires_grad_(False)
 
     def close(self) -> None:
-        if self._collector is not None:
-            self._collector.close()
+        self._collector.close()
 
-    # -- modes -----------------------------------------------------------------------------------
+    # -- the schedule ----------------------------------------------------------------------------
+
+    def _learn(self, max_records: float, max_updates: float) -> tuple[float, int]:
+        """One iteration: take records and update, each update paid for by the credit that
+        records earn (:meth:`_credit_updates`); with no credit left, wait for the next record
+        (an in-process collector steps the env for it). Ends at ``max_updates`` updates, or
+        once ``max_records`` records are taken and their credit is spent. Returns the seconds
+        spent updating and the updates done."""
+        collector = self._collector
+        learn_s, updates, records = 0.0, 0, 0
+        collector.check()
+        while updates < max_updates:
+            records += self._drain()
+            if self._update_credit >= 1.0:
+                update_started = time.perf_counter()
+                self._update()
+                learn_s += time.perf_counter() - update_started
+                updates += 1
+                continue
+            if records >= max_records:
+                break
+            collector.wait_for_records(1)
+            self._take_records(1)
+            records += 1
+        return learn_s, updates
 
     def _credit_updates(self, steps: int) -> None:
         """Env steps arrived: each one, once the replay holds ``learning_starts`` of them,
         earns ``updates_per_step`` updates (kept to one iteration's worth, so a learner that
-        fell behind a fast collector does not later update far past the data it has) and,
-        in async mode, owes ``min_updates_per_step`` of them before the next is taken."""
+        fell behind a fast collector does not later update far past the data it has) and
+        owes ``min_updates_per_step`` of them before the next is taken."""
         warm = self.learner.replay.steps_written - self.cfg.learning_starts + 1
         earning = min(steps, max(warm, 0))
         cap = self.cfg.updates_per_step * self.cfg.steps_per_iteration
@@ -652,128 +648,51 @@ class FastSACTrainer:
         self._updates_owed += earning * self.cfg.min_updates_per_step
 
     def _update(self) -> None:
+        """One learner update; every ``publish_interval`` actor updates, the policy goes to the
+        collector."""
+        actor_updates = self.learner.actor_updates
         self.learner.update()
         self._update_credit -= 1.0
         self._updates_owed = max(0.0, self._updates_owed - 1.0)
+        if (
+            self.learner.actor_updates != actor_updates
+            and self.learner.actor_updates % self.cfg.publish_interval == 0
+        ):
+            self._collector.publish()
 
-    def _iterate_sync(self) -> dict[str, float]:
-        collect_s = learn_s = 0.0
-        updates = 0
-        for _ in range(self.cfg.steps_per_iteration):
-            step_started = time.perf_counter()
-            self._step_env()
-            collect_s += time.perf_counter() - step_started
-            learn_started = time.perf_counter()
-            while self._update_credit >= 1.0:
-                self._update()
-                updates += 1
-            learn_s += time.perf_counter() - learn_started
-        return {"Perf/learn_s": learn_s, "updates": updates}
-
-    def _step_env(self) -> None:
-        started = time.perf_counter()
-        record = self._record
-        for group in self.spec.obs_dims:
-            np.copyto(record[f"obs.{group}"], self._obs[group])
-        if self._random_steps_left > 0:
-            self._random_steps_left -= 1
-            record["actions"][:] = self._rng.uniform(-1.0, 1.0, record["actions"].shape)
-        else:
-            with torch.inference_mode():
-                obs = torch.from_numpy(record["obs.actor"]).to(self.device)
-                record["actions"][:] = self.learner.policy.explore(obs).cpu().numpy()
-        env_started = time.perf_counter()
-        result = self._env.step(record["actions"])
-        env_s = time.perf_counter() - env_started
-        write_step(record, result)
-        self._obs = result.obs
-        record["policy_updates"][...] = self.learner.updates
-        record["timing"][:] = (time.perf_counter() - started, env_s, 0.0, time.monotonic())
-        self._take([record])
-
-    def _iterate_async(self, updates_goal: int) -> dict[str, float]:
-        assert self._collector is not None and self._collector.ring is not None
-        collector, ring = self._collector, self._collector.ring
-        learn_s = wait_s = 0.0
-        updates = 0
-        collector.check()
-        while updates < updates_goal:
-            self._drain(ring)
-            if self._update_credit < 1.0:  # the ratio is reached: wait for the collector
-                wait_started = time.perf_counter()
-                collector.wait_for_records(1)
-                wait_s += time.perf_counter() - wait_started
-                self._take_from(ring)
-                continue
-            update_started = time.perf_counter()
-            actor_updates = self.learner.actor_updates
-            self._update()
-            if (
-                self.learner.actor_updates != actor_updates
-                and self.learner.actor_updates % self.cfg.publish_interval == 0
-            ):
-                self._publish()
-            learn_s += time.perf_counter() - update_started
-            updates += 1
-        return {
-            "Perf/learn_s": learn_s,
-            "Perf/learn_wait_s": wait_s,
-            "Perf/ring_fill": ring.available() / ring.slots,
-            "updates": updates,
-        }
-
-    def _drain(self, ring: Any) -> None:
-        """Take what the ring holds; with ``min_updates_per_step`` > 0, one record at a time
-        and only while no minimum updates are owed, so a slow learner holds the collector."""
+    def _drain(self) -> int:
+        """Take what the collector holds (returns how many); with ``min_updates_per_step`` > 0,
+        one record at a time and only while no minimum updates are owed, so a slow learner
+        holds the collector back."""
+        collector = self._collector
         if self.cfg.min_updates_per_step <= 0:
-            if ring.available():
-                self._take_from(ring, ring.available())
-            return
-        while ring.available() and self._updates_owed < 1.0:
-            self._take_from(ring, 1)
+            available = collector.available()
+            if available:
+                self._take_records(available)
+            return available
+        taken = 0
+        while collector.available() and self._updates_owed < 1.0:
+            self._take_records(1)
+            taken += 1
+        return taken
 
-    def _take_from(self, ring: Any, count: int = 1) -> None:
-        records = [ring.peek(k) for k in range(count)]
+    def _take_records(self, count: int) -> None:
+        """The collector's next ``count`` records into the learner and the statistics."""
+        collector = self._collector
+        records = [collector.peek(k) for k in range(count)]
         for k, record in enumerate(records):
             if int(record["seq"]) != self._records_taken + k:
                 raise RuntimeError(
                     f"transition ring: expected record {self._records_taken + k}, got "
                     f"{int(record['seq'])} (a lost or repeated env step)"
                 )
-        self._take(records)
-        self._records_taken += count
-        ring.release(count)
-
-    def _take(self, records: Sequence[dict[str, np.ndarray]]) -> None:
         self.learner.observe(records)
         for record in records:
             self.stats.add(record, self.learner.updates)
-        self.env_steps += len(records)
-        self._credit_updates(len(records))
-
-    def _publish(self) -> None:
-        assert self._collector is not None and self._collector.weights is not None
-        self._collector.weights.publish(self._packer.pack(), tag=self.learner.updates)
-
-    def _ring_slots(self) -> int:
-        """The configured slots, fewer if they would take more than half of /dev/shm."""
-        from fuselab_rl.async_collect import _shm_free_bytes
-
-        record = transition_layout(self.spec).nbytes
-        slots = self.cfg.ring_slots
-        free = _shm_free_bytes()
-        if math.isfinite(free) and slots * record > free / 2:
-            fitted = max(2, int(free / 2 // record))
-            log.warning(
-                "algo.collector.ring_slots: %d slots of %.1f MiB exceed half of /dev/shm's "
-                "%.0f MiB free; using %d",
-                slots,
-                record / 2**20,
-                free / 2**20,
-                fitted,
-            )
-            slots = fitted
-        return slots
+        self.env_steps += count
+        self._records_taken += count
+        self._credit_updates(count)
+        collector.release(count)
 
 
 def _check_state(state: dict[str, Any]) -> None:
