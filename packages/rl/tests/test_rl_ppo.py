@@ -3,6 +3,8 @@ time-out bootstrapping and one full iteration on a tiny env."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -191,6 +193,36 @@ def test_without_normalizers_nothing_is_seeded(monkeypatch, tmp_path):
     assert not trainer.policy.has_empty_normalizer()
     trainer.iterate()
     assert env.step_calls == 8
+
+
+DEVICES = ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_action_noise_is_drawn_on_the_learners_device_reproducibly_and_resumes(
+    monkeypatch, tmp_path, device
+):
+    use_fake_env(monkeypatch)
+
+    def rollout(seed: int) -> tuple[PPOTrainer, torch.Tensor]:
+        cfg = compose_config(["task=cartpole", "num_envs=8", f"seed={seed}", *SMALL_PPO])
+        trainer = PPOTrainer(cfg, torch.device(device), ThreadBudget.resolve(1), tmp_path)
+        trainer._collect()
+        return trainer, trainer.storage.actions.clone()
+
+    trainer, first = rollout(0)
+    assert trainer.noise_generator.device.type == device
+    assert first.device.type == device
+    _, again = rollout(0)
+    _, other = rollout(1)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    state = copy.deepcopy(trainer.state_dict())  # with the env's state: a resume is exact
+    trainer._collect()
+    continued = trainer.storage.actions.clone()
+    trainer.load_state_dict(state)
+    trainer._collect()
+    assert torch.equal(trainer.storage.actions, continued)
+    assert not torch.equal(continued, first)
 
 
 def test_time_outs_bootstrap_from_the_terminal_observation(monkeypatch, tmp_path):

@@ -262,7 +262,14 @@ class PPOTrainer:
         actor_dim, critic_dim = obs["actor"].shape[1], obs["critic"].shape[1]
         started = time.perf_counter()
         torch.manual_seed(cfg.seed)  # the networks' initial weights
-        self.generator = torch.Generator().manual_seed(cfg.seed)  # action noise, batch order
+        self.generator = torch.Generator().manual_seed(cfg.seed)  # batch order (on the host)
+        # action noise, drawn on the learner's device; a CPU learner draws it from the same
+        # generator as the batch order (one stream, as before there were two devices to serve)
+        self.noise_generator = (
+            self.generator
+            if device.type == "cpu"
+            else torch.Generator(device=device).manual_seed(cfg.seed)
+        )
         self.policy = ActorCritic(actor_dim, critic_dim, self.action_dim, **network).to(device)
         self.ppo = PPO(self.policy, self.algo)
         self.storage = RolloutStorage(
@@ -277,6 +284,7 @@ class PPOTrainer:
         self.actor_obs = torch.zeros(self.num_envs, actor_dim, device=device)
         self.critic_obs = torch.zeros(self.num_envs, critic_dim, device=device)
         self._set_obs(obs)
+        self._allocate_step_buffers()
         parameters = sum(p.numel() for p in self.policy.parameters())
         log.info(
             "PPO ready: %d parameters on %s, %d steps x %d envs per iteration (%.1f ms)",
@@ -323,6 +331,8 @@ class PPOTrainer:
             "episode_stats": self.stats.state_dict(),
             "num_envs": self.num_envs,
         }
+        if self.noise_generator is not self.generator:  # a learner on an accelerator
+            state["noise_generator"] = self.noise_generator.get_state()
         # An env that can save itself (tensors and plain values, what a weights-only torch.load
         # reads) resumes mid-episode; FusedEnv cannot, and a resumed run starts new episodes.
         if hasattr(self.env, "state_dict"):
@@ -337,6 +347,8 @@ class PPOTrainer:
         for group in self.ppo.optimizer.param_groups:
             group["lr"] = self.ppo.learning_rate
         self.generator.set_state(state["generator"])
+        if self.noise_generator is not self.generator and "noise_generator" in state:
+            self.noise_generator.set_state(state["noise_generator"])
         self.stats.load_state_dict(state["episode_stats"])
         same_envs = state.get("num_envs") == self.num_envs
         if "env" in state and same_envs and hasattr(self.env, "load_state_dict"):
@@ -388,24 +400,28 @@ class PPOTrainer:
         env_s = 0.0
         policy.eval()
         storage.clear()
+        rewards, dones, time_out = self._rewards, self._dones, self._time_out_host
         for _ in range(algo.num_steps_per_env):
             dist = policy.distribution(self.actor_obs)
-            noise = torch.randn(dist.mean.shape, generator=self.generator).to(self.device)
-            actions = dist.mean + dist.stddev * noise
+            self._noise.normal_(generator=self.noise_generator)
+            actions = torch.mul(dist.stddev, self._noise, out=self._actions).add_(dist.mean)
             log_probs = dist.log_prob(actions).sum(-1)
             values = policy.value(self.critic_obs)
-            env_actions = actions
+            self._env_actions.copy_(actions)
             if algo.clip_actions is not None:
-                env_actions = actions.clamp(-algo.clip_actions, algo.clip_actions)
+                self._env_actions.clamp_(-algo.clip_actions, algo.clip_actions)
 
             step_started = time.perf_counter()
-            result = self.env.step(env_actions.cpu().numpy().astype(np.float32, copy=False))
+            result = self.env.step(self._env_actions_np)
             env_s += time.perf_counter() - step_started
 
-            rewards = torch.as_tensor(result.reward, device=self.device).clone()
-            dones = torch.as_tensor(result.terminated | result.truncated, device=self.device)
-            time_outs = np.flatnonzero(result.truncated & ~result.terminated)
-            if time_outs.size:  # the episode did not fail: its return continues past the cut
+            rewards.copy_(torch.from_numpy(result.reward))
+            np.logical_or(result.terminated, result.truncated, out=self._done_host)
+            dones.copy_(torch.from_numpy(self._done_host))
+            np.logical_not(result.terminated, out=time_out)
+            np.logical_and(time_out, result.truncated, out=time_out)
+            if time_out.any():  # the episode did not fail: its return continues past the cut
+                time_outs = np.flatnonzero(time_out)
                 terminal = result.info["terminal_obs"]["critic"][time_outs]
                 terminal_values = policy.value(torch.as_tensor(terminal, device=self.device))
                 rows = torch.as_tensor(time_outs, device=self.device)
@@ -419,7 +435,7 @@ class PPOTrainer:
                 dist.mean,
                 dist.stddev,
                 rewards,
-                dones.float(),
+                dones,
             )
             self._set_obs(result.obs)
             self.stats.add(result.info)
@@ -430,6 +446,20 @@ class PPOTrainer:
                 "PPO: non-finite returns this rollout (rewards or values diverged)"
             )
         return {"collect_s": time.perf_counter() - started, "env_s": env_s}
+
+    def _allocate_step_buffers(self) -> None:
+        """What one collection step writes, allocated once: the action noise and the actions on
+        the learner's device, the actions the env reads (a host copy, pinned for a CUDA
+        learner), the rewards and done flags going to the storage."""
+        n, a, device = self.num_envs, self.action_dim, self.device
+        self._noise = torch.empty(n, a, device=device)
+        self._actions = torch.empty(n, a, device=device)
+        self._env_actions = torch.empty(n, a, pin_memory=device.type == "cuda")
+        self._env_actions_np = self._env_actions.numpy()
+        self._rewards = torch.empty(n, device=device)
+        self._dones = torch.empty(n, device=device)
+        self._done_host = np.empty(n, np.bool_)
+        self._time_out_host = np.empty(n, np.bool_)
 
     def _set_obs(self, obs: dict[str, np.ndarray]) -> None:
         """Copy the env's observation buffers (the env reuses them) to the learner's device."""
