@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fuselab_envs.registry import BACKENDS
 from fuselab_rl.checkpoint import (
     CHECKPOINT_FORMAT,
     checkpoint_name,
@@ -71,7 +72,6 @@ ALGORITHMS: dict[str, str] = {
 }  # imported lazily: an algorithm's dependencies load only when it runs
 
 CONFIG_MODULE = "fuselab_rl.configs"
-BACKENDS = ("mujoco", "mjwarp", "motrix")
 METRICS_FILE = "metrics.jsonl"
 
 
