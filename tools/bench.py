@@ -32,7 +32,7 @@ from bench_tracking import bench_tracking, tracking_rows
 from bench_training import bench_training, training_rows
 from bench_walk import bench_walk, walk_rows
 
-from fuselab_env_core import synthetic
+from fuselab_env_core import testing as synthetic
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
 

@@ -62,7 +62,7 @@ DISTRIBUTIONS = (
         "env_core",
         "fuselab_env_core",
         requires=("fuselab-env-core",),
-        data=("fuselab_env_core/synthetic.py",),
+        data=("fuselab_env_core/testing.py",),
         forbidden=SIMULATORS + HEAVY,
     ),
     Distribution(
@@ -409,7 +409,8 @@ def smoke_env_core() -> str:
     """A tiny plan of shipped terms, fused and compiled in the venv, against the NumPy oracle."""
     import numpy as np
 
-    from fuselab_env_core import FusedTerms, NumpyTerms, synthetic
+    from fuselab_env_core import FusedTerms, NumpyTerms
+    from fuselab_env_core import testing as synthetic
 
     state = synthetic.random_state(16, np.random.default_rng(0))
     cfg = {

@@ -19,12 +19,23 @@ from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
 from fuselab_env_core.plan_key import plan_key
 from fuselab_env_core.runtime import FusedTerms, TermBuffers
-from fuselab_env_core.terms import observation, preamble, reward, termination
+from fuselab_env_core.terms import (
+    Bodies,
+    Body,
+    ContactBodies,
+    observation,
+    preamble,
+    reward,
+    termination,
+)
 
 __version__ = version("fuselab-env-core")
 
 __all__ = [
+    "Bodies",
+    "Body",
     "BufferSpec",
+    "ContactBodies",
     "FusedTerms",
     "NumpyTerms",
     "ObservationCfg",

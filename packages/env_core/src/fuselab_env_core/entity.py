@@ -8,12 +8,12 @@ which terms then read as state buffers.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 
 import numpy as np
 
 from fuselab_env_core.backend import SimBackend
+from fuselab_env_core.terms import did_you_mean
 
 
 class Entity:
@@ -85,10 +85,9 @@ def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.
         raise ValueError(f"{kind} names: {duplicates} listed more than once")
     for name in names:
         if name not in index:
-            close = difflib.get_close_matches(name, model_names, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            hint = did_you_mean(name, model_names, list_known=False)
             raise KeyError(
-                f"{kind} {name!r} is not in the model; {hint}"
-                f"the model's {kind}s: {', '.join(model_names)}"
+                f"{kind} {name!r} is not in the model{hint} "
+                f"(the model's {kind}s: {', '.join(model_names)})"
             )
     return np.array([index[name] for name in names], dtype=np.int32)

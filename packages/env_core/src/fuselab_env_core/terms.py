@@ -146,13 +146,16 @@ def get_term(name: str) -> Term:
         raise KeyError(f"unknown term {name!r}{did_you_mean(name, _REGISTRY)}") from None
 
 
-def did_you_mean(name: str, choices, cutoff: float = 0.6) -> str:
-    """``"; did you mean 'x'?"`` with the nearest of ``choices``, else ``"; known: ..."``: the
-    one suggestion helper of every name lookup (terms, keys, bodies, tasks)."""
+def did_you_mean(name: str, choices, cutoff: float = 0.6, list_known: bool = True) -> str:
+    """``"; did you mean 'x'?"`` with the nearest of ``choices``, else ``"; known: ..."`` (or
+    nothing, without ``list_known``): the one suggestion helper of every name lookup in fuselab
+    (terms, config keys, bodies, tasks, overrides)."""
     choices = [str(c) for c in choices]
     close = difflib.get_close_matches(str(name), choices, n=3, cutoff=cutoff)
     if close:
         return f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    if not list_known:
+        return ""
     return f"; known: {', '.join(sorted(choices)) or '(none)'}"
 
 

@@ -6,7 +6,6 @@ cfg = fuselab_envs.compose("g1_walk_flat", ["rewards.track_lin_vel.weight=1.5"])
 
 from __future__ import annotations
 
-import difflib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_env_core.backend import SimBackend
+from fuselab_env_core.terms import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +128,7 @@ def list_tasks() -> list[str]:
 def compose(task: str, overrides: Sequence[str] = ()) -> DictConfig:
     """The task's config with Hydra command-line style overrides applied."""
     if task not in TASKS:
-        close = difflib.get_close_matches(task, TASKS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise KeyError(f"task: unknown task {task!r}; {hint}known tasks: {', '.join(list_tasks())}")
+        raise KeyError(f"task: unknown task {task!r}{did_you_mean(task, list_tasks())}")
     with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
         try:
             cfg = hydra_compose("config", overrides=[f"task={task}", *overrides])
@@ -184,9 +182,8 @@ def _explain_override(error: Exception, overrides: Sequence[str], base: DictConf
     for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         if key not in valid and not key.startswith("task"):
-            close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
-            hint = f"nearest valid keys: {', '.join(close)}" if close else "no similar key"
-            return f"override {override!r}: no key {key!r} in the config; {hint}"
+            hint = did_you_mean(key, valid, cutoff=0.5, list_known=False) or "; no similar key"
+            return f"override {override!r}: no key {key!r} in the config{hint}"
     return f"overrides {list(overrides)}: {error}"
 
 

@@ -145,6 +145,8 @@ class G1MotionTracking(FusedEnv):
         self._root_ang_vel = motion.body_ang_vel_w[:, root]
 
         self.motion_frame = np.zeros(n, np.int32)
+        self._qpos = np.zeros((n, facts.nq), np.float32)  # the reset rows' state
+        self._qvel = np.zeros((n, facts.nv), np.float32)
         self.task_arrays = {**g1_task_arrays(facts), **self.motion_arrays}
         self.default_pose = self.task_arrays["default_joint_pos"]
         self.num_bins = max(1, math.ceil(self.num_frames * step_dt / self.sampling.bin_s))
@@ -177,10 +179,12 @@ class G1MotionTracking(FusedEnv):
     # -- the reference --------------------------------------------------------------------------
 
     def reference_state(self, frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(qpos, qvel) float32 that put the robot exactly on the clip at ``frames``."""
+        """(qpos, qvel) float32 that put the robot exactly on the clip at ``frames`` (views of
+        the env's reset buffers: valid until the next call)."""
         facts, k = self.facts, len(frames)
-        qpos = np.zeros((k, facts.nq), np.float32)
-        qvel = np.zeros((k, facts.nv), np.float32)
+        qpos, qvel = self._qpos[:k], self._qvel[:k]
+        qpos[:] = 0.0
+        qvel[:] = 0.0
         qpos[:, 0:3] = self._root_pos[frames]
         qpos[:, 3:7] = self._root_quat[frames]
         qpos[:, facts.joint_qpos_adr] = self.motion.joint_pos[frames]

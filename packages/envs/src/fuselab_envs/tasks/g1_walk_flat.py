@@ -86,8 +86,11 @@ class G1WalkFlat(FusedEnv):
             else max(1, round(self.events.push_interval_s / step_dt))
         )
         self._steps_to_resample = np.zeros(n, np.int32)
+        # Reset-path buffers: the reset rows' state and their uniform draws (yaw, joint noise).
         self._qpos = np.zeros((n, facts.nq), np.float32)
         self._qvel = np.zeros((n, facts.nv), np.float32)
+        self._uniform = np.zeros((n, 1 + len(facts.joint_names)), np.float64)
+        self._half_yaw = np.zeros(n, np.float64)
         super().__init__(
             backend,
             Entity(backend, BODIES, contact_body_names=CONTACT_BODIES),
@@ -110,10 +113,15 @@ class G1WalkFlat(FusedEnv):
         qpos[:] = 0.0
         qvel[:] = 0.0
         qpos[:, 2] = STANDING_PELVIS_HEIGHT
-        yaw = self.rng.uniform(-np.pi, np.pi, k)
-        qpos[:, 3], qpos[:, 6] = np.cos(yaw / 2), np.sin(yaw / 2)
-        noise = self.rng.uniform(-1, 1, (k, len(self.default_pose))) * self.events.joint_noise_rad
-        qpos[:, self.facts.joint_qpos_adr] = self.default_pose + noise
+        uniform, half_yaw = self._uniform[:k], self._half_yaw[:k]
+        self.rng.random(out=uniform)
+        np.multiply(uniform[:, 0], np.pi, out=half_yaw)  # yaw uniform in [0, 2 pi)
+        np.cos(half_yaw, out=qpos[:, 3], casting="same_kind")
+        np.sin(half_yaw, out=qpos[:, 6], casting="same_kind")
+        noise = uniform[:, 1:]  # uniform in +- joint_noise_rad around the default pose
+        noise *= 2.0 * self.events.joint_noise_rad
+        noise += self.default_pose - self.events.joint_noise_rad
+        qpos[:, self.facts.joint_qpos_adr] = noise
         return qpos, qvel
 
     def on_reset(self, env_ids):

@@ -1,4 +1,7 @@
-"""A synthetic task shaped like G1 motion tracking, for tests and benchmarks of env_core.
+"""Testing aid: a synthetic task shaped like G1 motion tracking, for tests and benchmarks.
+
+Nothing in fuselab imports this module (import it in a test or a benchmark only: it registers
+``synthetic_*`` term names); it ships so that a downstream project can test against it too.
 
 14 tracked bodies, 29 joints, a yaw-aligned anchor preamble, 8 rewards, 3 terminations, a
 noisy actor group and a clean critic group. The terms follow BeyondMimic's definitions so
