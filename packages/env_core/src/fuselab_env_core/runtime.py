@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -179,19 +180,31 @@ class FusedTerms:
         return getattr(b, key)
 
 
-def prefer_sleeping_omp_threads() -> None:
-    """Ask OpenMP threads to sleep, not spin, between kernels, unless the user chose otherwise.
+def prefer_sleeping_omp_threads() -> bool:
+    """Ask OpenMP threads to sleep, not spin, between parallel regions, unless the user chose
+    otherwise; returns whether that policy is in effect.
 
     Physics threads (MuJoCo's rollout pool, Warp) run between two fused kernels on the same
     cores; OpenMP's default spin-wait keeps Numba's idle threads busy for milliseconds after
-    each kernel and was measured to make a G1 env step 2x slower on 2 cores. The variable is
-    read when Numba first starts its OpenMP threads, so it is set before that and only then.
+    each kernel and was measured to make a G1 env step 2x slower on 2 cores. torch's wheels and
+    Numba load the same ``libgomp.so.1``, which reads the variable once, when it starts its
+    threads: so it is set before Numba's pool starts and before torch is imported
+    (``fuselab_rl`` calls this on import; every kernel build calls it too).
     """
     from numba.np.ufunc import parallel
 
-    if not parallel._is_initialized and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-        log.info("OMP_WAIT_POLICY=PASSIVE for Numba's threads (set it to override)")
+    if "OMP_WAIT_POLICY" in os.environ:
+        return os.environ["OMP_WAIT_POLICY"].upper() == "PASSIVE"
+    if parallel._is_initialized or "torch" in sys.modules:
+        log.warning(
+            "OpenMP threads were started before fuselab could ask them to sleep between "
+            "kernels (torch or a Numba kernel came first): they spin and compete with the "
+            "physics threads; set OMP_WAIT_POLICY=PASSIVE before starting"
+        )
+        return False
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    log.info("OMP_WAIT_POLICY=PASSIVE for Numba's and torch's OpenMP threads (set it to override)")
+    return True
 
 
 def noise_std(group: ObservationGroup) -> np.ndarray:

@@ -5,14 +5,14 @@ Numba's threads running the fused kernel, and torch's intra-op pool (policy infe
 collecting, the update while learning). In PPO they take turns, so each may use the whole
 budget; what must not happen is a pool larger than the cores, or idle threads that spin while
 another pool works. ``threads`` is the one setting: every pool gets it, and OpenMP threads are
-asked to sleep between parallel regions (see :func:`prefer_sleeping_omp_threads`).
+asked to sleep between parallel regions
+(:func:`fuselab_env_core.runtime.prefer_sleeping_omp_threads`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import sys
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -60,22 +60,3 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def prefer_sleeping_omp_threads() -> bool:
-    """Ask OpenMP threads to sleep between parallel regions, unless the user chose otherwise.
-
-    torch's wheels and Numba load the same ``libgomp.so.1``, so one OpenMP runtime serves the
-    policy and the fused kernel, and it reads ``OMP_WAIT_POLICY`` once, when it is loaded.
-    Spinning idle threads slow MuJoCo's rollout threads (fuselab_env_core's runtime asks for
-    the same before Numba starts its threads), so this must run before torch is imported;
-    ``fuselab_rl`` calls it on import. Returns whether the policy is in effect.
-    """
-    if "OMP_WAIT_POLICY" in os.environ:
-        return os.environ["OMP_WAIT_POLICY"].upper() == "PASSIVE"
-    if "torch" in sys.modules:
-        log.warning(
-            "torch was imported before fuselab_rl: its OpenMP threads spin between calls and "
-            "compete with the physics threads; set OMP_WAIT_POLICY=PASSIVE before starting"
-        )
-        return False
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    return True
