@@ -97,6 +97,11 @@ class MujocoBackend(SimBackend):
         self._physics_models = [self._physics] * n
 
         self._state = np.empty((n, self._nstate))
+        # A reset row is this state (mj_resetData's: time 0, the model's defaults) with the
+        # row's qpos and qvel written over it: one vectorized copy, no per-env MjData calls.
+        mujoco.mj_resetData(m, self._datas[0])
+        self._reset_state = np.empty(self._nstate)
+        mujoco.mj_getState(m, self._datas[0], self._reset_state, STATE)
         self._qpos = self._state[:, 1 : 1 + m.nq]  # the state is (time, qpos, qvel, ...)
         self._qvel = self._state[:, 1 + m.nq : 1 + m.nq + m.nv]
         self._ctrl = np.zeros((n, m.nu))
@@ -143,13 +148,10 @@ class MujocoBackend(SimBackend):
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         env_ids = check_reset(env_ids, qpos, qvel, self.num_envs, self.model.nq, self.model.nv)
-        m, d = self._physics, self._datas[0]
-        for k, env in enumerate(env_ids):
-            mujoco.mj_resetData(m, d)
-            d.qpos[:] = qpos[k]
-            d.qvel[:] = qvel[k]
-            mujoco.mj_getState(m, d, self._state[env], STATE)
-            self._contact_force[env] = 0.0  # no step since: no contact force yet
+        self._state[env_ids] = self._reset_state
+        self._qpos[env_ids] = qpos
+        self._qvel[env_ids] = qvel
+        self._contact_force[env_ids] = 0.0  # no step since: no contact force yet
         forward_kinematics(self._tree, self._qpos, self._qvel, env_ids, self._body_states)
 
     def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
