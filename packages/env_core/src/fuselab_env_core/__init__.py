@@ -18,7 +18,7 @@ from fuselab_env_core.config import (
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
 from fuselab_env_core.plan_key import plan_key
-from fuselab_env_core.runtime import FusedTerms, TermBuffers
+from fuselab_env_core.runtime import FusedTerms, TermBuffers, prefer_sleeping_omp_threads
 from fuselab_env_core.terms import (
     Bodies,
     Body,
@@ -28,6 +28,10 @@ from fuselab_env_core.terms import (
     reward,
     termination,
 )
+
+# Before any Numba kernel (a backend's, the terms') starts OpenMP's threads: they must sleep,
+# not spin, between kernels while the physics threads run (see prefer_sleeping_omp_threads).
+prefer_sleeping_omp_threads()
 
 __version__ = version("fuselab-env-core")
 

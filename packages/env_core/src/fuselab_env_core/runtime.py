@@ -98,7 +98,6 @@ class FusedTerms:
         )
         kernels, report = compile_plan(plan, timings)
         started = time.perf_counter()
-        prefer_sleeping_omp_threads()
         fused = cls(plan, kernels, report, state, num_threads)
         timings["bind"] = _ms_since(started)
         if report.cache != "in-process":  # first run in this process: thread pool start-up
@@ -189,7 +188,7 @@ def prefer_sleeping_omp_threads() -> bool:
     each kernel and was measured to make a G1 env step 2x slower on 2 cores. torch's wheels and
     Numba load the same ``libgomp.so.1``, which reads the variable once, when it starts its
     threads: so it is set before Numba's pool starts and before torch is imported
-    (``fuselab_rl`` calls this on import; every kernel build calls it too).
+    (importing ``fuselab_env_core`` calls this, which every fuselab package does first).
     """
     from numba.np.ufunc import parallel
 
