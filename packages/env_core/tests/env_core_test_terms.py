@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from fuselab_env_core.terms import observation, preamble, reward, termination
+from fuselab_env_core.terms import Bodies, Body, observation, preamble, reward, termination
 
 
 @preamble(outputs={"speed_sq": ()})
@@ -96,3 +96,83 @@ def random_state(num_envs, seed=0):
         "vel": rng.normal(0, 1, (num_envs, 3)).astype(np.float32),
         "step": rng.integers(0, 20, num_envs).astype(np.int32),
     }
+
+
+# -- named bodies, task arrays, a persistent preamble term --------------------------------------
+
+
+DEFAULT_BODY = Body("b")
+
+
+@reward()
+def body_height_above(i, body_z, floor_m, body: Body = DEFAULT_BODY):
+    """A body's height over a per-task floor (a task array indexed by body row)."""
+    return body_z[i, body] - floor_m[body]
+
+
+body_height_above.numpy(lambda body_z, floor_m, body: body_z[:, body] - floor_m[body])
+
+
+@observation(size=lambda shapes, params: len(params["bodies"]))
+def body_heights(i, out, col, body_z, bodies: Bodies):
+    for k in range(len(bodies)):
+        out[i, col + k] = body_z[i, bodies[k]]
+
+
+body_heights.numpy(lambda body_z, bodies: body_z[:, list(bodies)])
+
+
+@preamble(outputs={"elapsed_s": ()}, reset={"elapsed_s": 0.0})
+def episode_clock(i, dt, elapsed_s):
+    """Seconds since the episode started: persistent, it advances once per scored step."""
+    elapsed_s[i] += dt
+
+
+@episode_clock.numpy
+def _(dt, elapsed_s):
+    elapsed_s += dt
+
+
+@observation(size=1)
+def elapsed(i, out, col, elapsed_s):
+    out[i, col] = elapsed_s[i]
+
+
+elapsed.numpy(lambda elapsed_s: elapsed_s[:, None])
+
+
+BODY_NAMES = ("a", "b", "c")
+
+
+def named_cfg(body="b", bodies=("c", "a")):
+    return {
+        "preamble": {"clock": {"term": "episode_clock"}, "speed": {"term": "planar_speed_sq"}},
+        "rewards": {"height": {"term": "body_height_above", "params": {"body": body}}},
+        "observations": {
+            "policy": {
+                "terms": {
+                    "heights": {"term": "body_heights", "params": {"bodies": list(bodies)}},
+                    "elapsed": {"term": "elapsed"},
+                }
+            }
+        },
+    }
+
+
+def named_state(num_envs, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        **random_state(num_envs, seed),
+        "body_z": rng.normal(0, 1, (num_envs, 3)).astype(np.float32),
+    }
+
+
+NAMED_ARRAYS = {"floor_m": np.array([0.1, 0.2, 0.3], np.float32)}
+
+
+@observation(size=1)
+def speed_sq_observation(i, out, col, speed_sq):
+    out[i, col] = speed_sq[i]
+
+
+speed_sq_observation.numpy(lambda speed_sq: speed_sq[:, None])
