@@ -1,15 +1,16 @@
-"""Command line: ``fuselab-train``, ``fuselab-play`` and ``fuselab-list``.
+"""Command line: ``fuselab-train``, ``fuselab-play``, ``fuselab-eval`` and ``fuselab-list``.
 
     fuselab-train task=g1_walk_flat algo=ppo num_envs=1024 max_iterations=500
     fuselab-train resume=runs/g1_walk_flat/2025-01-01_12-00-00 max_iterations=500
     fuselab-play run=runs/g1_walk_flat/2025-01-01_12-00-00 video=true steps=500
+    fuselab-eval run=runs/g1_walk_flat/2025-01-01_12-00-00 num_envs=256 json=eval.json
     fuselab-list
 
-``fuselab-train`` and ``fuselab-play`` are Hydra apps (``--help``, ``--cfg job``, overrides);
-their configs are ``configs/train.yaml`` (composed with fuselab_envs' task configs) and
-``configs/play.yaml``. A mistake in the config (an unknown key, a missing checkpoint, a value out
-of range) prints one line that names it and exits with status 2; set ``HYDRA_FULL_ERROR=1`` for
-the traceback.
+``fuselab-train``, ``fuselab-play`` and ``fuselab-eval`` are Hydra apps (``--help``, ``--cfg
+job``, overrides); their configs are ``configs/train.yaml`` (composed with fuselab_envs' task
+configs), ``configs/play.yaml`` and ``configs/eval.yaml``. A mistake in the config (an unknown
+key, a missing checkpoint, a value out of range) prints one line that names it and exits with
+status 2; set ``HYDRA_FULL_ERROR=1`` for the traceback.
 """
 
 from __future__ import annotations
@@ -77,14 +78,9 @@ def play(cfg: DictConfig) -> None:
     from fuselab_rl.play import play as run_play
 
     try:
-        if (cfg.run is None) == (cfg.checkpoint is None):
-            raise ValueError(
-                f"run, checkpoint: expected exactly one (a run directory or a checkpoint "
-                f"file), got run={cfg.run!r}, checkpoint={cfg.checkpoint!r}"
-            )
-        field = "run" if cfg.run is not None else "checkpoint"
+        field = _source_field(cfg)
         result = run_play(
-            cfg.run if cfg.run is not None else cfg.checkpoint,
+            cfg[field],
             steps=cfg.steps,
             video=cfg.video,
             video_path=cfg.video_path,
@@ -98,6 +94,37 @@ def play(cfg: DictConfig) -> None:
         return
     if result.video is not None:
         log.info("video: %s", result.video)
+
+
+@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="eval")
+def evaluate(cfg: DictConfig) -> None:
+    """Measure how a trained policy walks or tracks (run=DIR or checkpoint=FILE): a table on
+    stdout, the report as JSON with json=PATH."""
+    configure_logging()
+    from fuselab_rl.evaluate import evaluate as run_evaluate
+    from fuselab_rl.evaluate import format_report, write_report
+
+    try:
+        field = _source_field(cfg)
+        report = run_evaluate(
+            cfg[field], num_envs=cfg.num_envs, seconds=cfg.seconds, seed=cfg.seed, field_name=field
+        )
+    except USAGE_ERRORS as error:
+        fail(error)
+        return
+    sys.stdout.write(format_report(report))
+    if cfg.json is not None:
+        log.info("report: %s", write_report(report, cfg.json))
+
+
+def _source_field(cfg: DictConfig) -> str:
+    """``run`` or ``checkpoint``: the one of them that is set."""
+    if (cfg.run is None) == (cfg.checkpoint is None):
+        raise ValueError(
+            f"run, checkpoint: expected exactly one (a run directory or a checkpoint "
+            f"file), got run={cfg.run!r}, checkpoint={cfg.checkpoint!r}"
+        )
+    return "run" if cfg.run is not None else "checkpoint"
 
 
 def list_all() -> None:

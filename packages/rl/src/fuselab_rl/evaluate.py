@@ -1,0 +1,317 @@
+"""fuselab-eval: does a trained policy walk to command, does it track its clip?
+
+A deterministic rollout (the policy's mean action, seeded env) of a checkpoint's policy on many
+envs of MuJoCo CPU, measured from the physics state, never from rewards:
+
+* G1WalkFlat: every env keeps one command for the window (drawn from the training ranges, one
+  kind per env: forward, backward, lateral, turning, standing); after ``SETTLE_S`` the base
+  velocity in the heading frame is compared with it: RMS planar velocity error (m/s), RMS
+  yaw-rate error (rad/s), the fraction of envs that fell, the same per command kind, and what
+  a robot standing still would score on the same commands.
+* G1MotionTracking: the clip from its first frame to its last, then from starts spread over the
+  clip: success rate (no failure before the clip's end), global and root-relative MPKPE of the
+  tracked bodies (mm), end-effector position error (mm), joint position (rad) and joint
+  velocity (rad/s) errors. Resets start exactly on the clip (no reset noise).
+
+Observations carry the noise the policy was trained with. A row is measured until its episode
+ends; after a fall it counts as fallen and is measured no more.
+
+    fuselab-eval run=runs/g1_walk_flat/<date_time> num_envs=256 seconds=10 json=eval.json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fuselab_env_core.rotations import np_quat_apply
+from fuselab_rl.checkpoint import load_checkpoint, write_text_atomic
+from fuselab_rl.play import load_policy
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 1.0  # walk: seconds from the start before velocities are measured
+COMMAND_KINDS = ("forward", "backward", "lateral", "turning", "standing")
+MIN_COMMAND_FRACTION = 0.25  # a kind's command is at least this share of its range's end
+
+
+# -- walking ------------------------------------------------------------------------------------
+
+
+def walk_commands(ranges: DictConfig | dict, num_envs: int, rng: np.random.Generator):
+    """(commands (N, 3) float32, kind index (N,)): env k gets kind k mod 5, its command drawn
+    uniformly from the training range of that kind's axis, at least MIN_COMMAND_FRACTION of
+    the range's end (forward: vx > 0, backward: vx < 0, lateral: vy, turning: wz)."""
+    kinds = np.arange(num_envs) % len(COMMAND_KINDS)
+    commands = np.zeros((num_envs, 3), np.float32)
+    x_low, x_high = ranges["lin_vel_x"]
+    y_reach = max(abs(v) for v in ranges["lin_vel_y"])
+    z_reach = max(abs(v) for v in ranges["ang_vel_z"])
+    for kind, axis, low, high in (
+        (0, 0, MIN_COMMAND_FRACTION * max(x_high, 0.0), max(x_high, 0.0)),
+        (1, 0, min(x_low, 0.0), MIN_COMMAND_FRACTION * min(x_low, 0.0)),
+        (2, 1, MIN_COMMAND_FRACTION * y_reach, y_reach),
+        (3, 2, MIN_COMMAND_FRACTION * z_reach, z_reach),
+    ):
+        rows = np.flatnonzero(kinds == kind)
+        values = rng.uniform(low, high, len(rows))
+        if kind in (2, 3):  # lateral and turning: either way
+            values *= rng.choice([-1.0, 1.0], len(rows))
+        commands[rows, axis] = values
+    return commands, kinds
+
+
+def heading_frame_velocity(qpos: np.ndarray, qvel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Planar base velocity in the heading (yaw-only) frame (N, 2) and the yaw rate (N,), from a
+    floating base's MuJoCo state (qvel: world linear, body-frame angular velocity)."""
+    w, x, y, z = (qpos[:, k].astype(np.float64) for k in range(3, 7))
+    yaw = np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    cos, sin = np.cos(yaw), np.sin(yaw)
+    vx, vy = qvel[:, 0], qvel[:, 1]
+    planar = np.stack([cos * vx + sin * vy, -sin * vx + cos * vy], axis=-1)
+    yaw_rate = np_quat_apply(qpos[:, 3:7].astype(np.float64), qvel[:, 3:6].astype(np.float64))
+    return planar, yaw_rate[:, 2]
+
+
+class VelocityErrors:
+    """Sums of squared velocity errors per env; RMS over the measured (env, step) samples."""
+
+    def __init__(self, commands: np.ndarray):
+        self.commands = commands.astype(np.float64)
+        n = len(commands)
+        self.lin_sq, self.yaw_sq = np.zeros(n), np.zeros(n)
+        self.samples = np.zeros(n, np.int64)
+
+    def add(self, planar: np.ndarray, yaw_rate: np.ndarray, rows: np.ndarray) -> None:
+        c = self.commands[rows]
+        self.lin_sq[rows] += np.sum((planar[rows] - c[:, :2]) ** 2, axis=-1)
+        self.yaw_sq[rows] += (yaw_rate[rows] - c[:, 2]) ** 2
+        self.samples[rows] += 1
+
+    def summary(self, rows: np.ndarray, fallen: np.ndarray) -> dict[str, float]:
+        """Errors of ``rows`` (an index array), and the standing-still reference on them."""
+        count = self.samples[rows].sum()
+        c = self.commands[rows]
+        return {
+            "lin_vel_rms_mps": _root_mean(self.lin_sq[rows].sum(), count),
+            "yaw_rate_rms_radps": _root_mean(self.yaw_sq[rows].sum(), count),
+            "fall_fraction": float(fallen[rows].mean()) if len(rows) else math.nan,
+            "standing_lin_vel_rms_mps": _root_mean(np.sum(c[:, :2] ** 2), len(rows)),
+            "standing_yaw_rate_rms_radps": _root_mean(np.sum(c[:, 2] ** 2), len(rows)),
+            "envs": int(len(rows)),
+        }
+
+
+def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
+    from fuselab_envs.registry import make_env
+
+    cfg.commands.resample_s = SETTLE_S + seconds + 10.0  # one command for the whole window
+    cfg.events.push_interval_s = None
+    cfg.env.episode_length_s = SETTLE_S + seconds + 10.0  # no time-out in the window
+    env = make_env(cfg)
+    try:
+        commands, kinds = walk_commands(cfg.commands, env.num_envs, np.random.default_rng(seed))
+        env.command[:] = commands
+        env.terms.observe()  # the observations show the new commands
+        errors = VelocityErrors(commands)
+        fallen = np.zeros(env.num_envs, np.bool_)
+        settle_steps = round(SETTLE_S / env.step_dt)
+        obs = env.terms.buffers.obs
+        for step in range(settle_steps + round(seconds / env.step_dt)):
+            result = env.step(_act(policy, obs))
+            obs = result.obs
+            fallen |= result.terminated
+            if step >= settle_steps:
+                planar, yaw_rate = heading_frame_velocity(env.robot.qpos, env.robot.qvel)
+                errors.add(planar, yaw_rate, np.flatnonzero(~fallen))
+    finally:
+        _close(env)
+    report = {"overall": errors.summary(np.arange(len(kinds)), fallen)}
+    for k, kind in enumerate(COMMAND_KINDS):
+        report[kind] = errors.summary(np.flatnonzero(kinds == k), fallen)
+    return report
+
+
+# -- motion tracking ----------------------------------------------------------------------------
+
+
+class TrackingErrors:
+    """Per-sample tracking errors of the rows measured, summed; means over (env, step)."""
+
+    def __init__(self, env: Any, end_effectors: list[str], root: str = "pelvis"):
+        names = list(env.robot.body_names)
+        self.end_effectors = [names.index(name) for name in end_effectors]
+        self.root = names.index(root)
+        self.arrays = env.task_arrays
+        self.sums = dict.fromkeys(
+            ("mpkpe_mm", "root_relative_mpkpe_mm", "end_effector_mm", "joint_pos_rad"), 0.0
+        )
+        self.sums["joint_vel_radps"] = 0.0
+        self.samples = 0
+
+    def add(self, env: Any, rows: np.ndarray) -> None:
+        """The rows' state after a step against the frame that step was scored on (the frame
+        before the one ``motion_frame`` now shows)."""
+        if not len(rows):
+            return
+        frames = env.motion_frame[rows] - 1
+        pos = env.robot.body_pos_w[rows].astype(np.float64)
+        ref = self.arrays["motion_body_pos_w"][frames].astype(np.float64)
+        error = np.linalg.norm(pos - ref, axis=-1)  # (rows, bodies) metres
+        relative = np.linalg.norm(
+            (pos - pos[:, self.root : self.root + 1]) - (ref - ref[:, self.root : self.root + 1]),
+            axis=-1,
+        )
+        s = self.sums
+        s["mpkpe_mm"] += 1e3 * error.mean(axis=1).sum()
+        s["root_relative_mpkpe_mm"] += 1e3 * relative.mean(axis=1).sum()
+        s["end_effector_mm"] += 1e3 * error[:, self.end_effectors].mean(axis=1).sum()
+        joint_pos = self.arrays["motion_joint_pos"][frames]
+        joint_vel = self.arrays["motion_joint_vel"][frames]
+        s["joint_pos_rad"] += np.abs(env.robot.joint_pos[rows] - joint_pos).mean(axis=1).sum()
+        s["joint_vel_radps"] += np.abs(env.robot.joint_vel[rows] - joint_vel).mean(axis=1).sum()
+        self.samples += len(rows)
+
+    def summary(self) -> dict[str, float]:
+        return {k: v / self.samples if self.samples else math.nan for k, v in self.sums.items()}
+
+
+def evaluate_tracking(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
+    """The clip from its first frame (every env), then from starts spread over the clip (env k
+    at frame k * frames / N); each row runs to the clip's end or its first failure."""
+    del seconds  # a tracking episode is the rest of its clip
+    for key in cfg.reset_noise:
+        cfg.reset_noise[key] = 0.0
+    cfg.sampling.mode = "start"
+    cfg.motion.clip_end = "truncate"
+    cfg.env.episode_length_s = 1e6  # the clip's end ends each episode
+    return {
+        "from_first_frame": _track(cfg, policy, spread=False),
+        "from_spread_starts": _track(cfg, policy, spread=True),
+    }
+
+
+def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
+    from fuselab_envs.registry import make_env
+
+    env = make_env(cfg)
+    try:
+        n = env.num_envs
+        if spread:
+            starts = (np.arange(n) * (env.num_frames - 1) // n).astype(np.int32)
+            env.motion_frame[:] = starts
+            qpos, qvel = env.reference_state(starts)
+            env.write_state(np.arange(n), qpos, qvel)
+            env.robot.update()
+            env.terms.observe()
+        errors = TrackingErrors(env, list(cfg.bodies.end_effectors))
+        active, failed = np.ones(n, np.bool_), np.zeros(n, np.bool_)
+        obs = env.terms.buffers.obs
+        while active.any():
+            result = env.step(_act(policy, obs))
+            obs = result.obs
+            done = result.terminated | result.truncated
+            failed |= active & result.terminated
+            errors.add(env, np.flatnonzero(active & ~done))
+            active &= ~done
+    finally:
+        _close(env)
+    return {"success_rate": float(1.0 - failed.mean()), **errors.summary(), "envs": n}
+
+
+# -- the command ------------------------------------------------------------------------------
+
+EVALUATORS: dict[str, Callable[[DictConfig, Callable, float, int], dict]] = {
+    "g1_walk_flat": evaluate_walk,
+    "g1_motion_tracking": evaluate_tracking,
+}
+
+
+def evaluate(
+    source: str | Path,
+    *,
+    num_envs: int = 256,
+    seconds: float = 10.0,
+    seed: int = 0,
+    field_name: str = "run",
+) -> dict[str, Any]:
+    """Evaluate the policy of ``source`` (a run directory: its latest checkpoint, or a
+    checkpoint file); returns the report (see the module docstring)."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs: expected an int >= 1, got {num_envs!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"seconds: expected a number > 0, got {seconds!r}")
+    checkpoint = load_checkpoint(source, field=field_name)
+    task = checkpoint["config"]["task_name"]
+    if task not in EVALUATORS:
+        raise ValueError(
+            f"{field_name}: '{checkpoint['path']}' is a {task} policy; fuselab-eval measures "
+            f"{', '.join(EVALUATORS)}"
+        )
+    started = time.perf_counter()
+    policy = load_policy(checkpoint, field_name)
+    cfg = OmegaConf.create(checkpoint["config"])
+    assert isinstance(cfg, DictConfig)
+    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
+    metrics = EVALUATORS[task](cfg, policy, float(seconds), seed)
+    report = {
+        "task": task,
+        "checkpoint": checkpoint["path"],
+        "iteration": checkpoint["iteration"],
+        "env_steps": checkpoint.get("env_steps"),
+        "train_wall_s": checkpoint.get("wall_s"),
+        "num_envs": num_envs,
+        "seconds": float(seconds),
+        "seed": seed,
+        "metrics": metrics,
+    }
+    log.info("eval %s: %.1f s", checkpoint["path"], time.perf_counter() - started)
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as a table: one row per group (command kind, start set), one column a metric."""
+    groups = report["metrics"]
+    columns = list(next(iter(groups.values())))
+    lines = [
+        f"{report['task']} {report['checkpoint']} (iteration {report['iteration']}, "
+        f"{report['num_envs']} envs)",
+        "  ".join([f"{'':>18}", *(f"{c:>26}" for c in columns)]),
+    ]
+    for name, values in groups.items():
+        cells = [f"{_cell(values[c]):>26}" for c in columns]
+        lines.append("  ".join([f"{name:>18}", *cells]))
+    return "\n".join(lines) + "\n"
+
+
+def write_report(report: dict[str, Any], path: str | Path) -> Path:
+    return write_text_atomic(Path(path), json.dumps(report, indent=2) + "\n")
+
+
+def _act(policy: Callable, obs: dict[str, np.ndarray]) -> np.ndarray:
+    with torch.no_grad():
+        actions = policy(torch.from_numpy(obs["actor"])).numpy()
+    return actions.astype(np.float32, copy=False)
+
+
+def _close(env: Any) -> None:
+    close = getattr(env.backend, "close", None)
+    if close is not None:
+        close()
+
+
+def _root_mean(total: float, count: int) -> float:
+    return math.sqrt(total / count) if count else math.nan
+
+
+def _cell(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

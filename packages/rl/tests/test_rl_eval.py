@@ -1,0 +1,171 @@
+"""fuselab-eval: its metrics on states and commands whose errors are known, a rollout of a real
+G1 checkpoint, and bad input named in one line."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rl_fake_env import SMALL_PPO, use_fake_env
+
+import fuselab_envs
+from fuselab_rl.evaluate import (
+    COMMAND_KINDS,
+    TrackingErrors,
+    VelocityErrors,
+    evaluate,
+    format_report,
+    heading_frame_velocity,
+    walk_commands,
+    write_report,
+)
+from fuselab_rl.runner import compose_config, create_training_handle
+
+RANGES = {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-0.5, 0.5], "ang_vel_z": [-1.0, 1.0]}
+
+
+def yaw_state(yaw: float, world_vel, body_ang_vel) -> tuple[np.ndarray, np.ndarray]:
+    qpos = np.zeros((1, 7), np.float32)
+    qpos[0, 3], qpos[0, 6] = math.cos(yaw / 2), math.sin(yaw / 2)
+    qvel = np.zeros((1, 6), np.float32)
+    qvel[0, :3], qvel[0, 3:] = world_vel, body_ang_vel
+    return qpos, qvel
+
+
+def test_heading_frame_velocity_of_a_turned_base():
+    """Facing +y (yaw 90 degrees) and moving along world +y is moving forward; a body-frame
+    angular velocity about z is the yaw rate, whatever the heading."""
+    qpos, qvel = yaw_state(math.pi / 2, [0.0, 0.7, 0.1], [0.0, 0.0, 0.4])
+    planar, yaw_rate = heading_frame_velocity(qpos, qvel)
+    np.testing.assert_allclose(planar, [[0.7, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(yaw_rate, [0.4], atol=1e-6)
+    qpos, qvel = yaw_state(-math.pi / 2, [0.5, 0.0, 0.0], [0.0, 0.0, 0.0])
+    planar, _ = heading_frame_velocity(qpos, qvel)
+    np.testing.assert_allclose(planar, [[0.0, 0.5]], atol=1e-6)  # facing -x: +x is to the left
+
+
+def test_velocity_errors_are_the_rms_over_measured_samples_and_standing_is_the_command():
+    commands = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], np.float32)
+    errors = VelocityErrors(commands)
+    planar = np.array([[0.5, 0.0], [0.0, 0.0]])
+    errors.add(planar, np.array([0.0, 1.0]), np.array([0, 1]))
+    errors.add(np.array([[1.0, 0.0], [9.0, 9.0]]), np.array([0.0, 9.0]), np.array([0]))
+    summary = errors.summary(np.array([0, 1]), np.array([False, True]))
+    # row 0: 0.5 then 0 m/s off; row 1 (measured once; its 9s are not read): on command
+    assert summary["lin_vel_rms_mps"] == pytest.approx(math.sqrt(0.25 / 3))
+    assert summary["yaw_rate_rms_radps"] == 0.0
+    assert summary["fall_fraction"] == 0.5
+    assert summary["standing_lin_vel_rms_mps"] == pytest.approx(math.sqrt(1.0 / 2))
+    assert summary["standing_yaw_rate_rms_radps"] == pytest.approx(math.sqrt(1.0 / 2))
+
+
+def test_walk_commands_give_every_kind_its_axis_within_the_training_ranges():
+    commands, kinds = walk_commands(RANGES, 100, np.random.default_rng(0))
+    assert np.bincount(kinds).tolist() == [20] * len(COMMAND_KINDS)
+    forward, backward, lateral, turning, standing = (commands[kinds == k] for k in range(5))
+    assert (forward[:, 0] >= 0.25).all() and (forward[:, 1:] == 0).all()
+    assert (backward[:, 0] <= -0.25).all() and (backward[:, 0] >= -1.0).all()
+    assert (np.abs(lateral[:, 1]) >= 0.125).all() and (np.abs(lateral[:, 1]) <= 0.5).all()
+    assert (lateral[:, 1] > 0).any() and (lateral[:, 1] < 0).any()
+    assert (np.abs(turning[:, 2]) >= 0.25).all() and (turning[:, :2] == 0).all()
+    assert (standing == 0).all()
+
+
+def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=2, num_threads=1)
+    frames = np.array([40, 200], np.int32)
+    qpos, qvel = env.reference_state(frames)
+    env.write_state(np.arange(2), qpos, qvel)
+    env.robot.update()
+    env.motion_frame[:] = frames + 1  # after a step: the frame it was scored on is behind
+    errors = TrackingErrors(env, ["left_ankle_roll_link", "right_wrist_yaw_link"])
+    errors.add(env, np.arange(2))
+    on_clip = errors.summary()
+    for key in ("mpkpe_mm", "root_relative_mpkpe_mm", "end_effector_mm"):
+        assert on_clip[key] < 1.0, key  # float32 forward kinematics of the clip's own bodies
+    assert on_clip["joint_pos_rad"] < 1e-5 and on_clip["joint_vel_radps"] < 1e-4
+
+    qpos, qvel = env.reference_state(frames)
+    qpos[:, 0] += 0.1
+    env.write_state(np.arange(2), qpos, qvel)
+    env.robot.update()
+    shifted = TrackingErrors(env, ["left_ankle_roll_link", "right_wrist_yaw_link"])
+    shifted.add(env, np.arange(2))
+    result = shifted.summary()
+    assert result["mpkpe_mm"] == pytest.approx(100.0, abs=1.0)
+    assert result["end_effector_mm"] == pytest.approx(100.0, abs=1.0)
+    assert result["root_relative_mpkpe_mm"] < 1.0 and result["joint_pos_rad"] < 1e-5
+
+
+@pytest.fixture(scope="module")
+def walk_run(tmp_path_factory):
+    """One PPO iteration of G1WalkFlat on 4 envs: a real checkpoint to evaluate."""
+    run_dir = tmp_path_factory.mktemp("walk_run")
+    cfg = compose_config(
+        [
+            "task=g1_walk_flat",
+            "num_envs=4",
+            f"run_dir={run_dir}",
+            "progress=false",
+            "export_onnx=false",
+            "plot=false",
+            "threads=1",
+            *SMALL_PPO,
+        ]
+    )
+    with create_training_handle(cfg) as handle:
+        handle.train(1)
+    return run_dir
+
+
+def test_a_walk_checkpoint_is_rolled_out_and_reported(walk_run, tmp_path):
+    report = evaluate(walk_run, num_envs=10, seconds=0.2)
+    assert report["task"] == "g1_walk_flat" and report["iteration"] == 1
+    metrics = report["metrics"]
+    assert list(metrics) == ["overall", *COMMAND_KINDS]
+    assert sum(metrics[kind]["envs"] for kind in COMMAND_KINDS) == 10
+    assert metrics["standing"]["standing_lin_vel_rms_mps"] == 0.0
+    assert metrics["forward"]["standing_lin_vel_rms_mps"] >= 0.25
+    overall = metrics["overall"]
+    assert 0.0 <= overall["fall_fraction"] <= 1.0
+    assert overall["fall_fraction"] == 1.0 or math.isfinite(overall["lin_vel_rms_mps"])
+    assert "lin_vel_rms_mps" in format_report(report)
+    assert write_report(report, tmp_path / "eval.json").read_text().startswith("{")
+    assert evaluate(walk_run, num_envs=10, seconds=0.2) == report  # deterministic
+
+
+def test_bad_input_is_named(monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="num_envs: expected an int >= 1, got 0"):
+        evaluate(tmp_path, num_envs=0)
+    with pytest.raises(ValueError, match="seconds: expected a number > 0, got -1"):
+        evaluate(tmp_path, seconds=-1)
+    with pytest.raises(FileNotFoundError, match="run"):
+        evaluate(tmp_path / "missing")
+    (tmp_path / "model_1.pt").write_bytes(b"torn")
+    with pytest.raises(ValueError, match="is not a readable fuselab checkpoint"):
+        evaluate(tmp_path)
+
+    use_fake_env(monkeypatch)
+    cartpole_dir = tmp_path / "cartpole"
+    cfg = compose_config(
+        ["task=cartpole", "num_envs=4", f"run_dir={cartpole_dir}", "progress=false"]
+        + ["export_onnx=false", "plot=false", "threads=1", *SMALL_PPO]
+    )
+    with create_training_handle(cfg) as handle:
+        handle.train(1)
+    with pytest.raises(
+        ValueError, match="is a cartpole policy; fuselab-eval measures g1_walk_flat, g1_motion"
+    ):
+        evaluate(cartpole_dir)
+
+
+def test_the_command_reports_a_missing_run_in_one_line(tmp_path):
+    command = [Path(sys.executable).parent / "fuselab-eval", f"run={tmp_path / 'missing'}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if " E " in line]
+    assert len(errors) == 1 and "run" in errors[0] and "Traceback" not in done.stderr
