@@ -46,6 +46,7 @@ def walk_terms(overrides=()):
         "soft_joint_pos_lower": np.full(joints, -1.0, np.float32),
         "soft_joint_pos_upper": np.full(joints, 1.0, np.float32),
         "default_joint_pos": np.random.default_rng(7).normal(0, 0.3, joints).astype(np.float32),
+        "posture_std": np.linspace(0.1, 0.4, joints).astype(np.float32),
     }
     names = {"body_names": BODIES, "contact_body_names": CONTACT_BODIES}
     return terms, {"arrays": arrays, "names": names}
@@ -73,7 +74,7 @@ def test_every_term_matches_its_numpy_twin(seed):
     assert 0 < f.terminated.mean() < 1 and 0 < f.truncated.mean() < 1
     for group in f.obs:
         np.testing.assert_allclose(f.obs[group], o.obs[group], rtol=1e-5, atol=1e-6)
-    assert f.obs["actor"].shape == (N_RANDOM, 96) and f.obs["critic"].shape == (N_RANDOM, 101)
+    assert f.obs["actor"].shape == (N_RANDOM, 99) and f.obs["critic"].shape == (N_RANDOM, 101)
 
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp", "motrix"])
@@ -92,7 +93,7 @@ def test_200_random_steps_on_each_backend(backend):
         resets += len(result.info["reset_envs"])
         if len(result.info["reset_envs"]):
             fresh = result.obs["actor"][
-                result.info["reset_envs"], 6:9
+                result.info["reset_envs"], 9:12
             ]  # command of the new episode
             np.testing.assert_array_equal(fresh, env.command[result.info["reset_envs"]])
     assert resets >= 4 * n  # 1 s episodes: every env timed out (or fell) several times

@@ -38,6 +38,40 @@ CONTACT_BODIES = (
 )
 
 
+# posture_exp's tolerance per joint (radians; mjlab's G1 velocity task): the legs swing, the
+# waist and the arms hold the default pose. Keys are joint names without side and "_joint".
+POSTURE_STD_RAD = {
+    "hip_pitch": 0.3,
+    "hip_roll": 0.15,
+    "hip_yaw": 0.15,
+    "knee": 0.35,
+    "ankle_pitch": 0.25,
+    "ankle_roll": 0.1,
+    "waist_yaw": 0.15,
+    "waist_roll": 0.08,
+    "waist_pitch": 0.1,
+    "shoulder_pitch": 0.35,
+    "shoulder_roll": 0.15,
+    "shoulder_yaw": 0.1,
+    "elbow": 0.25,
+    "wrist_roll": 0.3,
+    "wrist_pitch": 0.3,
+    "wrist_yaw": 0.3,
+}
+
+
+def posture_std(joint_names: tuple[str, ...]) -> np.ndarray:
+    """POSTURE_STD_RAD of each joint, in the model's joint order."""
+
+    def key(name: str) -> str:
+        return name.removeprefix("left_").removeprefix("right_").removesuffix("_joint")
+
+    missing = [name for name in joint_names if key(name) not in POSTURE_STD_RAD]
+    if missing:
+        raise ValueError(f"robot: joints {missing} have no posture tolerance (POSTURE_STD_RAD)")
+    return np.array([POSTURE_STD_RAD[key(name)] for name in joint_names], np.float32)
+
+
 @dataclass
 class CommandCfg:
     resample_s: float = 4.0
@@ -75,7 +109,10 @@ class G1WalkFlat(FusedEnv):
         self.commands = commands or CommandCfg()
         self.events = events or EventCfg()
         self.facts = facts
-        self.task_arrays = g1_task_arrays(facts)
+        self.task_arrays = {
+            **g1_task_arrays(facts),
+            "posture_std": posture_std(facts.joint_names),
+        }
         self.default_pose = self.task_arrays["default_joint_pos"]
         self.command = np.zeros((n, 3), np.float32)
         step_dt = facts.physics_dt * decimation

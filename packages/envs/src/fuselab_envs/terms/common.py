@@ -85,6 +85,17 @@ def joint_deviation_l1(i, joint_pos, default_joint_pos):
 
 
 @reward()
+def posture_exp(i, joint_pos, default_joint_pos, posture_std):
+    """exp(-mean over joints of ((q - q_default) / std)^2): 1 in the default pose, with a
+    per-joint tolerance ``posture_std`` (radians, a task array: legs swing, the waist holds)."""
+    total = 0.0
+    for j in range(joint_pos.shape[1]):
+        d = (joint_pos[i, j] - default_joint_pos[j]) / posture_std[j]
+        total += d * d
+    return math.exp(-total / joint_pos.shape[1])
+
+
+@reward()
 def joint_pos_limits(i, joint_pos, soft_joint_pos_lower, soft_joint_pos_upper):
     """How far joints are outside their soft limits (radians, summed)."""
     total = 0.0
