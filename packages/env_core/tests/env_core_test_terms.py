@@ -4,7 +4,15 @@ import math
 
 import numpy as np
 
-from fuselab_env_core.terms import Bodies, Body, observation, preamble, reward, termination
+from fuselab_env_core.terms import (
+    Bodies,
+    Body,
+    PositiveFloat,
+    observation,
+    preamble,
+    reward,
+    termination,
+)
 
 
 @preamble(outputs={"speed_sq": ()})
@@ -18,7 +26,7 @@ def _(vel, speed_sq):
 
 
 @reward()
-def speed_exp(i, speed_sq, std: float = 0.5):
+def speed_exp(i, speed_sq, std: PositiveFloat = 0.5):
     return math.exp(-speed_sq[i] / (std * std))
 
 

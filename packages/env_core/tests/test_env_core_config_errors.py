@@ -163,3 +163,29 @@ def test_dataclass_config_resolves_like_the_dict_form():
     ]
     np.testing.assert_allclose(plan.slot_values, [0.02, 1.5, 0.7, 1.0], rtol=1e-6)
     assert plan.observations["critic"].slices() == {"vel": slice(0, 3)}
+
+
+def test_a_parameter_outside_its_declared_range_is_named_with_the_range():
+    with pytest.raises(PlanError, match=r"rewards\.speed\.params\.std: expected > 0, got 0\.0"):
+        resolve(terms_cfg(std=0.0))
+    fused = FusedTerms.build(terms_cfg(), STATE, dt=0.02)
+    with pytest.raises(
+        PlanError, match=r"runtime scalar 'rewards\.speed\.std': expected > 0, got -1"
+    ):
+        fused.set_scalar("rewards.speed.std", -1)
+    with pytest.raises(PlanError, match=r"runtime scalar 'dt': expected > 0, got 0"):
+        fused.set_scalar("dt", 0)
+    fused.set_scalar("rewards.speed.std", 0.25)  # inside the range: tuned, no recompilation
+    assert fused.scalar("rewards.speed.std") == 0.25
+
+
+def test_a_range_declared_on_a_non_number_is_refused_when_the_term_is_registered():
+    from typing import Annotated
+
+    from fuselab_env_core.terms import Range
+
+    with pytest.raises(TypeError, match="parameter 'name': Annotated takes float or int and one"):
+
+        @reward(name="badly_ranged")
+        def badly_ranged(i, vel, name: Annotated[str, Range(gt=0)] = "x"):
+            return 0.0

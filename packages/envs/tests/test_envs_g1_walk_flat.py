@@ -118,3 +118,17 @@ def test_bad_override_unknown_task_and_missing_file_are_named():
         fuselab_envs.compose("g1_walk_flt")
     with pytest.raises(FileNotFoundError, match="mjcf: no MJCF file at '/no/such/g1.xml'"):
         fuselab_envs.make("g1_walk_flat", num_envs=2, **{"robot.mjcf": "/no/such/g1.xml"})
+
+
+def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
+    with pytest.raises(
+        ValueError, match=r"rewards\.track_lin_vel\.params\.std: expected > 0, got 0"
+    ):
+        fuselab_envs.make("g1_walk_flat", num_envs=2, **{"rewards.track_lin_vel.params.std": 0})
+    with pytest.raises(
+        ValueError,
+        match=r"terminations\.fell_over\.params\.limit_angle_rad: expected > 0 and <= 3\.14159",
+    ):
+        fuselab_envs.make(
+            "g1_walk_flat", num_envs=2, **{"terminations.fell_over.params.limit_angle_rad": 4}
+        )

@@ -26,6 +26,7 @@ from fuselab_env_core.terms import (
     NAME_TYPES,
     Body,
     Param,
+    Range,
     Term,
     TermKind,
     did_you_mean,
@@ -129,6 +130,7 @@ class Plan:
     slot_values: np.ndarray  # float32 initial values of the runtime scalar buffer
     data: list[np.ndarray]
     data_names: list[str] = field(default_factory=list)  # a task array's name, or a param's field
+    slot_ranges: dict[int, Range] = field(default_factory=dict)  # what tuning a slot may set
     preamble: list[TermCall] = field(default_factory=list)
     rewards: list[TermCall] = field(default_factory=list)
     terminations: list[TermCall] = field(default_factory=list)
@@ -222,6 +224,7 @@ class _Resolver:
         self.plan = Plan(state, {}, [], np.zeros(0, np.float32), [])
         self.slot_values: list[float] = []
         self._new_slot(DT_SLOT_NAME, _positive_float("dt", dt))
+        self.plan.slot_ranges[0] = Range(gt=0.0)
 
     def run(self, cfg: TaskTermsCfg) -> Plan:
         plan = self.plan
@@ -357,10 +360,15 @@ class _Resolver:
         value = given.get(param.name, param.default)
         if param.type in NAME_TYPES:
             return Const(self._body_rows(field_name, param.type, value))
-        if param.type is float and self.bake_floats:
-            return Const(_float(field_name, value))
         if param.type is float:
-            return Slot(self._new_slot(f"{where}.{param.name}", _float(field_name, value)))
+            value = _in_range(field_name, _float(field_name, value), param.range)
+        if param.type is float and self.bake_floats:
+            return Const(value)
+        if param.type is float:
+            slot = self._new_slot(f"{where}.{param.name}", value)
+            if param.range is not None:
+                self.plan.slot_ranges[slot] = param.range
+            return Slot(slot)
         if param.type is np.ndarray:
             return Data(self._new_data(field_name, value))
         if (
@@ -368,7 +376,7 @@ class _Resolver:
             and isinstance(value, (int, np.integer))
             and not isinstance(value, bool)
         ):
-            return Const(int(value))
+            return Const(int(_in_range(field_name, int(value), param.range)))
         if param.type is bool and isinstance(value, (bool, np.bool_)):
             return Const(bool(value))
         if param.type is str and isinstance(value, str):
@@ -439,6 +447,12 @@ def _float(field_name: str, value: Any) -> float:
     if not np.isfinite(value):
         raise PlanError(f"{field_name}: expected a finite float, got {value!r}")
     return float(value)
+
+
+def _in_range(field_name: str, value: float, accepted: Range | None) -> float:
+    if accepted is not None and not accepted.accepts(value):
+        raise PlanError(f"{field_name}: expected {accepted.describe()}, got {value!r}")
+    return value
 
 
 def _positive_float(field_name: str, value: Any) -> float:

@@ -145,9 +145,16 @@ class FusedTerms:
     # -- runtime scalars: tuning never recompiles --------------------------------------------
 
     def set_scalar(self, name: str, value: float) -> None:
+        """Tune a runtime scalar (a float parameter, a weight, dt): no recompilation. The value
+        must lie in the parameter's declared range."""
         index = self.plan.slot(name)
         if isinstance(value, (bool, np.bool_)) or not np.isfinite(value):
             raise PlanError(f"runtime scalar {name!r}: expected a finite float, got {value!r}")
+        accepted = self.plan.slot_ranges.get(index)
+        if accepted is not None and not accepted.accepts(float(value)):
+            raise PlanError(
+                f"runtime scalar {name!r}: expected {accepted.describe()}, got {value!r}"
+            )
         self.buffers.scalars[index] = value
 
     def scalar(self, name: str) -> float:

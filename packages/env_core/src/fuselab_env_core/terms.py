@@ -18,7 +18,10 @@ Its first argument is the env index ``i``. Every other argument is either
 * a *parameter*, marked by a type annotation (``float``, ``int``, ``bool``, ``str``,
   ``np.ndarray``, or a name of the env's bodies: :class:`Body`, :class:`Bodies`,
   :class:`ContactBodies`) and set from configuration, with the Python default as its default.
-  Body names become their rows in the entity's buffers: compile-time constants.
+  Body names become their rows in the entity's buffers: compile-time constants. A number may
+  declare the range it accepts, ``std: Annotated[float, Range(gt=0)]`` (or the aliases
+  :data:`PositiveFloat`, :data:`NonNegativeFloat`, :data:`Fraction`): every value configured
+  or tuned is checked against it, with the parameter's full key in the error.
 
 Kinds: a reward returns a float, a termination returns a bool, an observation writes ``size``
 values into ``out[i, col:col + size]`` (``out`` and ``col`` are supplied by the plan), and a
@@ -31,9 +34,10 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numba
 import numpy as np
@@ -62,6 +66,34 @@ class ContactBodies(tuple):
 
 
 NAME_TYPES: tuple[type, ...] = (Body, Bodies, ContactBodies)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric parameter accepts: bounds ``gt`` / ``ge`` below, ``lt`` / ``le``
+    above (None: unbounded)."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def accepts(self, value: float) -> bool:
+        return not (
+            (self.gt is not None and not value > self.gt)
+            or (self.ge is not None and not value >= self.ge)
+            or (self.lt is not None and not value < self.lt)
+            or (self.le is not None and not value <= self.le)
+        )
+
+    def describe(self) -> str:
+        bounds = ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
+        return " and ".join(f"{op} {b:g}" for op, b in bounds if b is not None) or "any value"
+
+
+PositiveFloat = Annotated[float, Range(gt=0.0)]  # a std, a scale, a duration
+NonNegativeFloat = Annotated[float, Range(ge=0.0)]  # a threshold, a limit, a margin
+Fraction = Annotated[float, Range(ge=0.0, le=1.0)]  # a probability, a share
 PARAM_TYPES: tuple[type, ...] = (float, int, bool, str, np.ndarray, *NAME_TYPES)
 OBSERVATION_ARGS = ("out", "col")
 
@@ -82,6 +114,7 @@ class Param:
     name: str
     type: type
     default: Any = inspect.Parameter.empty
+    range: Range | None = None  # numbers only: the values accepted
 
     @property
     def required(self) -> bool:
@@ -171,10 +204,11 @@ def _split_signature(fn: Callable, kind: TermKind) -> tuple[tuple[str, ...], tup
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
             raise TypeError(f"{where}: argument {p.name!r} must be a plain positional argument")
         annotation = _resolve_annotation(fn, p.annotation)
+        annotation, accepted = _range_of(where, p.name, annotation)
         if annotation is inspect.Parameter.empty:
             inputs.append(p.name)
         elif annotation in PARAM_TYPES:
-            params.append(Param(p.name, annotation, p.default))
+            params.append(Param(p.name, annotation, p.default, accepted))
         else:
             raise TypeError(
                 f"{where}: parameter {p.name!r} is annotated {annotation!r}; accepted: "
@@ -186,6 +220,20 @@ def _split_signature(fn: Callable, kind: TermKind) -> tuple[tuple[str, ...], tup
     return tuple(inputs), tuple(params)
 
 
+def _range_of(where: str, name: str, annotation: Any) -> tuple[Any, Range | None]:
+    """(the base type, its Range) of ``Annotated[float, Range(...)]``; others pass through."""
+    if typing.get_origin(annotation) is not Annotated:
+        return annotation, None
+    base, *extras = typing.get_args(annotation)
+    ranges = [e for e in extras if isinstance(e, Range)]
+    if base not in (float, int) or len(ranges) != 1:
+        raise TypeError(
+            f"{where}: parameter {name!r}: Annotated takes float or int and one Range, "
+            f"got {annotation!r}"
+        )
+    return base, ranges[0]
+
+
 def _resolve_annotation(fn: Callable, annotation: Any) -> Any:
     """Annotations may be strings under ``from __future__ import annotations``."""
     if isinstance(annotation, str):
@@ -195,6 +243,8 @@ def _resolve_annotation(fn: Callable, annotation: Any) -> Any:
             "bool": bool,
             "str": str,
             "np": np,
+            "Annotated": Annotated,
+            "Range": Range,
             **{t.__name__: t for t in NAME_TYPES},
             **fn.__globals__,
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fuselab_env_core.terms import observation, reward, termination
+from fuselab_env_core.terms import PositiveFloat, observation, reward, termination
 
 
 @reward()
@@ -24,12 +24,12 @@ def joint_vel_l2(i, joint_vel):
 
 
 @termination()
-def pole_fell(i, joint_pos, limit_rad: float = 0.8):
+def pole_fell(i, joint_pos, limit_rad: PositiveFloat = 0.8):
     return abs(joint_pos[i, 1]) > limit_rad
 
 
 @termination()
-def cart_out_of_bounds(i, joint_pos, limit_m: float = 2.4):
+def cart_out_of_bounds(i, joint_pos, limit_m: PositiveFloat = 2.4):
     return abs(joint_pos[i, 0]) > limit_m
 
 

@@ -9,11 +9,21 @@ the env, in the entity's joint order.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from fuselab_env_core.rotations import quat_apply_inverse
-from fuselab_env_core.terms import Body, observation, preamble, reward, termination
+from fuselab_env_core.terms import (
+    Body,
+    NonNegativeFloat,
+    Range,
+    observation,
+    preamble,
+    reward,
+    termination,
+)
 
 BASE_BODY = Body("pelvis")  # the floating base of the legged robots here (the G1)
+TiltAngle = Annotated[float, Range(gt=0.0, le=math.pi)]  # radians from upright
 
 
 @preamble(outputs={"base_lin_vel_b": (3,), "base_ang_vel_b": (3,), "projected_gravity_b": (3,)})
@@ -106,7 +116,7 @@ def joint_pos_limits(i, joint_pos, soft_joint_pos_lower, soft_joint_pos_upper):
 
 
 @reward()
-def base_tilted_past(i, projected_gravity_b, limit_angle_rad: float = 1.0):
+def base_tilted_past(i, projected_gravity_b, limit_angle_rad: TiltAngle = 1.0):
     """1 on the step the base tilts past ``limit_angle_rad``: with a large negative weight, the
     termination penalty that keeps falling from being the cheapest way out of the penalties."""
     return 1.0 if projected_gravity_b[i, 2] > -math.cos(limit_angle_rad) else 0.0
@@ -116,13 +126,15 @@ def base_tilted_past(i, projected_gravity_b, limit_angle_rad: float = 1.0):
 
 
 @termination()
-def bad_orientation(i, projected_gravity_b, limit_angle_rad: float = 1.0):
+def bad_orientation(i, projected_gravity_b, limit_angle_rad: TiltAngle = 1.0):
     """The base tilted more than ``limit_angle_rad`` from upright: it fell over."""
     return projected_gravity_b[i, 2] > -math.cos(limit_angle_rad)
 
 
 @termination()
-def base_height_below(i, body_pos_w, min_height_m: float = 0.3, base_body: Body = BASE_BODY):
+def base_height_below(
+    i, body_pos_w, min_height_m: NonNegativeFloat = 0.3, base_body: Body = BASE_BODY
+):
     return body_pos_w[i, base_body, 2] < min_height_m
 
 

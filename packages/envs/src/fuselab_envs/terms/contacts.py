@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import math
 
-from fuselab_env_core.terms import Bodies, ContactBodies, observation, preamble, reward
+from fuselab_env_core.terms import (
+    Bodies,
+    ContactBodies,
+    NonNegativeFloat,
+    observation,
+    preamble,
+    reward,
+)
 
 
 @reward()
@@ -18,7 +25,7 @@ def feet_slip(
     body_lin_vel_w,
     foot_contacts: ContactBodies,
     foot_bodies: Bodies,
-    force_threshold_n: float = 1.0,
+    force_threshold_n: NonNegativeFloat = 1.0,
 ):
     """Squared horizontal speed of each foot that touches the ground (m^2/s^2, summed); the
     feet named in the same order in ``foot_contacts`` and ``foot_bodies``."""
@@ -32,7 +39,7 @@ def feet_slip(
 
 @reward()
 def foot_clearance(
-    i, body_pos_w, body_lin_vel_w, foot_bodies: Bodies, target_height_m: float = 0.1
+    i, body_pos_w, body_lin_vel_w, foot_bodies: Bodies, target_height_m: NonNegativeFloat = 0.1
 ):
     """Swing feet should reach ``target_height_m``: height error weighted by horizontal speed."""
     total = 0.0
@@ -44,7 +51,9 @@ def foot_clearance(
 
 
 @reward()
-def undesired_contacts(i, contact_force_w, bodies: ContactBodies, force_threshold_n: float = 1.0):
+def undesired_contacts(
+    i, contact_force_w, bodies: ContactBodies, force_threshold_n: NonNegativeFloat = 1.0
+):
     """How many of ``bodies`` (knees, hands, ...) touch something."""
     count = 0.0
     for c in bodies:
@@ -58,7 +67,12 @@ def undesired_contacts(i, contact_force_w, bodies: ContactBodies, force_threshol
 
 @observation(size=lambda shapes, params: len(params["foot_contacts"]))
 def feet_contact(
-    i, out, col, contact_force_w, foot_contacts: ContactBodies, force_threshold_n: float = 1.0
+    i,
+    out,
+    col,
+    contact_force_w,
+    foot_contacts: ContactBodies,
+    force_threshold_n: NonNegativeFloat = 1.0,
 ):
     """1.0 for each foot pressing on the ground, else 0.0."""
     for f in range(len(foot_contacts)):
@@ -86,7 +100,7 @@ def feet_air_timer(
     feet_last_air_time,
     feet_first_contact,
     foot_contacts: ContactBodies,
-    force_threshold_n: float = 1.0,
+    force_threshold_n: NonNegativeFloat = 1.0,
 ):
     """Per-foot timers that persist across steps (the workspace keeps them; a new episode
     starts them at 0): time in the air, the length of the last flight, and whether the foot
@@ -107,8 +121,8 @@ def feet_air_time(
     feet_first_contact,
     feet_last_air_time,
     command,
-    threshold_s: float = 0.4,
-    min_command: float = 0.1,
+    threshold_s: NonNegativeFloat = 0.4,
+    min_command: NonNegativeFloat = 0.1,
 ):
     """At each touchdown, how much longer than ``threshold_s`` the flight was; zero when the
     command asks to stand (legged_gym's air-time reward)."""

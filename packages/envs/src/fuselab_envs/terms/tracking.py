@@ -14,6 +14,7 @@ the rewards only.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numba
 
@@ -27,7 +28,17 @@ from fuselab_env_core.rotations import (
     yaw_quat,
     yaw_quat_mul,
 )
-from fuselab_env_core.terms import Bodies, Body, observation, preamble, reward, termination
+from fuselab_env_core.terms import (
+    Bodies,
+    Body,
+    NonNegativeFloat,
+    PositiveFloat,
+    Range,
+    observation,
+    preamble,
+    reward,
+    termination,
+)
 
 ANCHOR_BODY = Body("torso_link")  # BeyondMimic's anchor of the G1
 
@@ -154,7 +165,7 @@ def motion_anchor_pos_error_exp(
     body_pos_w,
     motion_body_pos_w,
     anchor_body: Body = ANCHOR_BODY,
-    std: float = 0.3,
+    std: PositiveFloat = 0.3,
 ):
     """The anchor's world position against the motion's (std in metres)."""
     f, a = motion_frame[i], anchor_body
@@ -172,7 +183,7 @@ def motion_anchor_ori_error_exp(
     body_quat_w,
     motion_body_quat_w,
     anchor_body: Body = ANCHOR_BODY,
-    std: float = 0.4,
+    std: PositiveFloat = 0.4,
 ):
     """The anchor's world orientation against the motion's (std in radians)."""
     f, a = motion_frame[i], anchor_body
@@ -197,7 +208,7 @@ def motion_body_pos_error_exp(
     motion_to_robot_yaw,
     motion_body_pos_w,
     anchor_body: Body = ANCHOR_BODY,
-    std: float = 0.3,
+    std: PositiveFloat = 0.3,
 ):
     """Tracked bodies against their targets (std in metres): the motion's offsets from its
     anchor, turned by the anchors' yaw difference, at the robot anchor's xy and the motion's
@@ -218,7 +229,7 @@ def motion_body_pos_error_exp(
 
 @reward()
 def motion_body_ori_error_exp(
-    i, body_ori_error_sin_half, body_ori_error_cos_half, std: float = 0.4
+    i, body_ori_error_sin_half, body_ori_error_cos_half, std: PositiveFloat = 0.4
 ):
     """Tracked bodies' orientation errors to their targets (std in radians)."""
     error = 0.0
@@ -232,7 +243,7 @@ def motion_body_ori_error_exp(
 
 @reward()
 def motion_body_lin_vel_error_exp(
-    i, motion_frame, body_lin_vel_w, motion_body_lin_vel_w, std: float = 1.0
+    i, motion_frame, body_lin_vel_w, motion_body_lin_vel_w, std: PositiveFloat = 1.0
 ):
     """Tracked bodies' world linear velocities against the motion's (std in m/s)."""
     return _mean_squared_error_exp(i, body_lin_vel_w, motion_frame[i], motion_body_lin_vel_w, std)
@@ -240,7 +251,7 @@ def motion_body_lin_vel_error_exp(
 
 @reward()
 def motion_body_ang_vel_error_exp(
-    i, motion_frame, body_ang_vel_w, motion_body_ang_vel_w, std: float = 3.14
+    i, motion_frame, body_ang_vel_w, motion_body_ang_vel_w, std: PositiveFloat = 3.14
 ):
     """Tracked bodies' world angular velocities against the motion's (std in rad/s)."""
     return _mean_squared_error_exp(i, body_ang_vel_w, motion_frame[i], motion_body_ang_vel_w, std)
@@ -256,7 +267,7 @@ def motion_anchor_height_error(
     body_pos_w,
     motion_body_pos_w,
     anchor_body: Body = ANCHOR_BODY,
-    threshold_m: float = 0.25,
+    threshold_m: NonNegativeFloat = 0.25,
 ):
     a = anchor_body
     return abs(motion_body_pos_w[motion_frame[i], a, 2] - body_pos_w[i, a, 2]) > threshold_m
@@ -269,7 +280,7 @@ def motion_anchor_ori_error(
     body_quat_w,
     motion_body_quat_w,
     anchor_body: Body = ANCHOR_BODY,
-    threshold: float = 0.8,
+    threshold: Annotated[float, Range(ge=0.0, le=2.0)] = 0.8,
 ):
     """The anchor's gravity direction (z of gravity in the anchor frame) strays from the
     motion's by more than ``threshold`` (a difference of cosines of tilt, in [0, 2])."""
@@ -288,7 +299,7 @@ def motion_body_height_error(
     body_pos_w,
     motion_body_pos_w,
     bodies: Bodies,
-    threshold_m: float = 0.25,
+    threshold_m: NonNegativeFloat = 0.25,
 ):
     """Any of ``bodies`` (the end effectors) strays in height from its target (the motion's)."""
     f = motion_frame[i]

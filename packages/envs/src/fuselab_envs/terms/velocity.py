@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import math
 
-from fuselab_env_core.terms import observation, reward
+from fuselab_env_core.terms import PositiveFloat, observation, reward
 
 
 @reward()
-def track_lin_vel_xy_exp(i, command, base_lin_vel_b, std: float = 0.5):
+def track_lin_vel_xy_exp(i, command, base_lin_vel_b, std: PositiveFloat = 0.5):
     ex = command[i, 0] - base_lin_vel_b[i, 0]
     ey = command[i, 1] - base_lin_vel_b[i, 1]
     return math.exp(-(ex * ex + ey * ey) / (std * std))
 
 
 @reward()
-def track_ang_vel_z_exp(i, command, base_ang_vel_b, std: float = 0.5):
+def track_ang_vel_z_exp(i, command, base_ang_vel_b, std: PositiveFloat = 0.5):
     ez = command[i, 2] - base_ang_vel_b[i, 2]
     return math.exp(-(ez * ez) / (std * std))
 
