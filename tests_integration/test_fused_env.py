@@ -1,5 +1,7 @@
 """FusedEnv on the MuJoCo backend: resets, terminal observations, time-outs, NaN action rows."""
 
+import math
+
 import mujoco
 import numpy as np
 import pytest
@@ -17,6 +19,12 @@ N = 8
 def upright(i, body_quat_w):
     x, y = body_quat_w[i, 0, 1], body_quat_w[i, 0, 2]
     return 1.0 - 2.0 * (x * x + y * y)  # z component of the torso's z axis
+
+
+@reward(name="walker_joint_speed_exp")
+def joint_speed_exp(i, joint_vel):
+    """exp of the first joint's speed: overflows to inf past ~89 rad/s (float32)."""
+    return math.exp(abs(joint_vel[i, 0]))
 
 
 @termination(name="walker_fell")
@@ -50,10 +58,11 @@ TERMS = {
 
 
 class WalkerStand(FusedEnv):
-    def __init__(self, episode_length_s=1.0, min_height_m=0.4, **kwargs):
+    def __init__(self, episode_length_s=1.0, min_height_m=0.4, extra_rewards=None, **kwargs):
         backend = MujocoBackend(WALKER_XML, N, num_threads=2)
         self.model = mujoco.MjModel.from_xml_string(WALKER_XML)
         terms = {**TERMS, "terminations": {**TERMS["terminations"]}}
+        terms["rewards"] = {**TERMS["rewards"], **(extra_rewards or {})}
         terms["terminations"]["fell"] = {
             "term": "walker_fell",
             "params": {"min_height_m": min_height_m},
@@ -141,6 +150,25 @@ def test_a_diverged_env_ends_as_a_failure_that_earns_nothing_and_is_reset_alone(
     assert list(result.info["reset_envs"]) == [5]
     assert np.isfinite(result.obs["actor"]).all()
     assert list(env.step(actions).info["non_finite_states"]) == []
+
+
+def test_a_row_whose_reward_overflows_ends_as_a_failure_that_earns_nothing():
+    """Extreme but finite state (a joint at 300 rad/s): the reward term overflows to inf in
+    that row only; the row fails, earns 0, is reported and reset alone."""
+    speed = {"speed": {"term": "walker_joint_speed_exp", "weight": 1e-3}}
+    env = WalkerStand(episode_length_s=10.0, min_height_m=0.0, extra_rewards=speed)
+    actions = np.zeros((N, 6), np.float32)
+    env.step(actions)
+    qvel = np.zeros((1, env.model.nv), np.float32)
+    qvel[0, 6] = 300.0  # the first hinge joint
+    env.backend.reset_envs(np.array([2]), env.model.qpos0[None].astype(np.float32), qvel)
+    result = env.step(actions)
+    assert list(result.info["non_finite_rewards"]) == [2]
+    assert list(result.info["non_finite_states"]) == []
+    assert result.terminated[2] and not np.delete(result.terminated, 2).any()
+    assert result.reward[2] == 0.0 and np.isfinite(result.reward).all()
+    assert list(result.info["reset_envs"]) == [2]
+    assert list(env.step(actions).info["non_finite_rewards"]) == []
 
 
 def test_bad_actions_and_misconfigured_time_out_are_named():

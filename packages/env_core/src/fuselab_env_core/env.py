@@ -99,6 +99,7 @@ class FusedEnv:
         self._controls = np.zeros((n, nu), np.float32)
         self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
         self._state_finite = np.ones(n, np.bool_)  # rows whose physics did not diverge
+        self._reward_finite = np.ones(n, np.bool_)  # rows whose reward did not overflow
         self._done = np.zeros(n, np.bool_)
         self._bodies_stale = False  # physics state written since the last body copy
         robot.update()
@@ -228,14 +229,17 @@ class FusedEnv:
 
     def _outcome(self) -> None:
         """The step's reward, failures and time-outs from the scored kernel outputs; rows with
-        non-finite actions fail, a diverged row fails and earns nothing."""
+        non-finite actions fail; a diverged row, or one whose reward overflowed (extreme but
+        finite state), fails and earns nothing."""
         b = self.terms.buffers
         np.copyto(self.reward, b.reward)
         np.logical_not(self._finite, out=self.terminated)
         self.terminated |= b.terminated
-        if not self._state_finite.all():
-            self.terminated |= ~self._state_finite
-            self.reward[~self._state_finite] = 0.0
+        np.isfinite(self.reward, out=self._reward_finite)
+        for finite in (self._state_finite, self._reward_finite):
+            if not finite.all():
+                self.terminated |= ~finite
+                self.reward[~finite] = 0.0
         np.copyto(self.truncated, b.truncated)
         self.episode_return += self.reward
 
@@ -275,6 +279,7 @@ class FusedEnv:
             },
             "non_finite_actions": self._rows_where_not(self._finite),
             "non_finite_states": self._rows_where_not(self._state_finite),
+            "non_finite_rewards": self._rows_where_not(self._reward_finite),
         }
 
     def _rows_where_not(self, flags: np.ndarray) -> np.ndarray:
