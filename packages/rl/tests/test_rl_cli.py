@@ -5,6 +5,7 @@ mujoco loads), fuselab-list."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +104,53 @@ def read_frames(path: Path) -> np.ndarray:
     with imageio.get_reader(path, format="FFMPEG") as reader:
         # iterate: list(reader) asks len() first, which is inf for a stream
         return np.stack([frame for frame in reader])  # pyright: ignore[reportGeneralTypeIssues]
+
+
+def test_a_new_run_into_a_directory_holding_a_run_is_refused_and_nothing_is_touched(
+    monkeypatch, trained_run
+):
+    before = {p.name: p.stat().st_mtime_ns for p in trained_run.iterdir()}
+    with pytest.raises(SystemExit) as stopped:
+        run_main(monkeypatch, cli.train, "task=g1_walk_flat", f"run_dir={trained_run}")
+    assert stopped.value.code == cli.EXIT_USAGE
+    assert {p.name: p.stat().st_mtime_ns for p in trained_run.iterdir()} == before
+
+
+def test_a_config_that_fails_leaves_no_run_directory(monkeypatch, tmp_path):
+    run_dir = tmp_path / "never"
+    with pytest.raises(SystemExit):
+        run_main(
+            monkeypatch,
+            cli.train,
+            "task=g1_walk_flat",
+            "num_envs=4",
+            f"run_dir={run_dir}",
+            "rewards.track_lin_vel.params.std=0",
+        )
+    assert not run_dir.exists()
+
+
+def test_training_runs_with_a_gl_backend_that_cannot_load(tmp_path):
+    """MUJOCO_GL=osmesa without libOSMesa: training renders nothing, so it must not care."""
+    done = subprocess.run(
+        [SCRIPTS / "fuselab-train", "task=cartpole", "max_iterations=1", "progress=false"]
+        + ["export_onnx=false", "plot=false", f"run_dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MUJOCO_GL": "osmesa"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_resume_takes_task_and_algorithm_from_the_checkpoint(monkeypatch, tmp_path, caplog):
+    run_dir = tmp_path / "cartpole"
+    quick = ["max_iterations=1", "progress=false", "export_onnx=false", "plot=false"]
+    run_main(monkeypatch, cli.train, "task=cartpole", "num_envs=8", f"run_dir={run_dir}", *quick)
+    run_main(monkeypatch, cli.train, f"resume={run_dir}", "num_envs=8", *quick)  # no task=
+    assert (run_dir / "model_2.pt").exists()
+    with pytest.raises(SystemExit) as stopped:
+        run_main(monkeypatch, cli.train, f"resume={run_dir}", "task=g1_walk_flat", *quick)
+    assert stopped.value.code == cli.EXIT_USAGE
+    assert "task: 'g1_walk_flat' given, but resume=" in caplog.text
+    assert "is a 'cartpole' run" in caplog.text

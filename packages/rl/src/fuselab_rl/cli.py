@@ -20,6 +20,7 @@ import os
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
@@ -51,13 +52,21 @@ def fail(error: BaseException) -> None:
 def train(cfg: DictConfig) -> None:
     """Train a policy: every key of the composed config can be overridden (key=value)."""
     configure_logging()
-    from fuselab_rl.runner import create_training_handle
+    # Training renders nothing: without this, MUJOCO_GL=osmesa with no libOSMesa installed
+    # breaks `import mujoco` itself (mujoco loads the GL backend it names on import).
+    os.environ.pop("MUJOCO_GL", None)
+    from fuselab_rl.runner import compose_resume_config, create_training_handle
 
     try:
+        if cfg.resume:  # the task and the algorithm are the checkpoint's
+            cfg = compose_resume_config(HydraConfig.get().overrides.task)
         handle = create_training_handle(cfg)
     except USAGE_ERRORS as error:
         fail(error)
         return
+    except KeyboardInterrupt:  # e.g. during the first kernel compile: no Numba traceback
+        log.warning("stopped while starting up: nothing was trained or saved")
+        sys.exit(EXIT_INTERRUPTED)
     with handle:
         try:
             handle.train()

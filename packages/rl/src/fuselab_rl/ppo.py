@@ -150,7 +150,7 @@ class PPO:
 
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         cfg = self.cfg
-        sums = dict.fromkeys(("surrogate", "value", "entropy", "kl", "clip_fraction"), 0.0)
+        sums = dict.fromkeys(("surrogate", "value", "entropy", "kl", "clip_fraction", "lr"), 0.0)
         batches = 0
         for batch in storage.mini_batches(cfg.num_mini_batches, cfg.num_learning_epochs, generator):
             dist = self.policy.distribution(batch.actor_obs)
@@ -162,6 +162,7 @@ class PPO:
                 kl = _gaussian_kl(batch.old_mean, batch.old_std, dist.mean, dist.stddev).mean()
             if cfg.schedule == "adaptive":
                 self._adapt_learning_rate(kl.item())
+            sums["lr"] += self.learning_rate
 
             ratio = torch.exp(log_probs - batch.old_log_probs)
             surrogate = -batch.advantages * ratio
@@ -199,7 +200,11 @@ class PPO:
             "Loss/entropy": means["entropy"],
             "Policy/kl": means["kl"],
             "Policy/clip_fraction": means["clip_fraction"],
+            # The adaptive schedule moves the rate every mini-batch against the KL to the
+            # rollout's policy, which grows over the epochs: the last mini-batches cut it (often
+            # to its floor) and the next update regrows it. The mean is the step size used.
             "Policy/learning_rate": self.learning_rate,
+            "Policy/learning_rate_mean": means["lr"],
             "Policy/noise_std": self.policy.log_std.detach().exp().mean().item(),
         }
 

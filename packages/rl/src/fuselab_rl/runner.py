@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from fuselab_envs.registry import BACKENDS
 from fuselab_rl.checkpoint import (
     CHECKPOINT_FORMAT,
+    CHECKPOINT_PATTERN,
     checkpoint_name,
     load_checkpoint,
     save_atomic,
@@ -84,6 +85,24 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
         return compose(config_name, overrides=list(overrides))
     with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
         return compose(config_name, overrides=list(overrides))
+
+
+def compose_resume_config(overrides: Sequence[str]) -> DictConfig:
+    """The config of ``fuselab-train resume=RUN ...``: the task and algorithm come from the
+    checkpoint (a different explicit ``task=`` or ``algo=`` is an error naming both); the other
+    overrides apply as given."""
+    given = dict(o.split("=", 1) for o in overrides if "=" in o)
+    checkpoint = load_checkpoint(given["resume"])
+    chosen = []
+    for key, saved in (("task", checkpoint["task"]), ("algo", checkpoint["algo"])):
+        if key in given and given[key] != saved:
+            raise ValueError(
+                f"{key}: {given[key]!r} given, but resume='{checkpoint['path']}' is a {saved!r} "
+                f"run; leave {key} out (the checkpoint's is taken) or start a new run"
+            )
+        chosen.append(f"{key}={saved}")
+    rest = [o for o in overrides if o.split("=", 1)[0] not in ("task", "algo")]
+    return compose_config([*chosen, *rest])
 
 
 def algorithm(name: str) -> Algorithm:
@@ -262,7 +281,7 @@ def console_line(iteration: int, last: int, wall_s: float, m: Mapping[str, float
         parts.append(f"collect {m['Perf/collect_s']:.2f}s learn {m['Perf/learn_s']:.2f}s")
     policy = [
         f"{label} {m[key]:.3g}"
-        for key, label in (("Policy/kl", "kl"), ("Policy/learning_rate", "lr"))
+        for key, label in (("Policy/kl", "kl"), ("Policy/learning_rate_mean", "lr"))
         if key in m
     ]
     if "Policy/noise_std" in m:
@@ -297,13 +316,15 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
     threads = _resolve_threads(cfg)
 
     run_dir = _run_dir(cfg, checkpoint)
-    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    write_text_atomic(run_dir / "versions.json", json.dumps(versions(), indent=2) + "\n")
-    log.info("run dir: %s", run_dir)
-
     stage = time.perf_counter()
     trainer = factory(cfg, device, threads, run_dir)
     log.info("trainer %s ready: %.1f ms", cfg.algo.name, _ms(stage))
+    # Only now, with every value checked by the env and the algorithm: a config that fails
+    # leaves no run directory behind.
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_text_atomic(run_dir / "versions.json", json.dumps(versions(), indent=2) + "\n")
+    log.info("run dir: %s", run_dir)
     handle = TrainingHandle(
         cfg=cfg, trainer=trainer, run_dir=run_dir, device=device, threads=threads
     )
@@ -367,8 +388,16 @@ def _restore(handle: TrainingHandle, checkpoint: Mapping[str, Any]) -> None:
 
 
 def _run_dir(cfg: DictConfig, checkpoint: Mapping[str, Any] | None) -> Path:
+    """Where the run writes (created once the trainer is built). A new run never writes into a
+    directory that holds another run: its checkpoints and metrics would be mixed with ours."""
     if cfg.run_dir:
         run_dir = Path(cfg.run_dir).expanduser()
+        held = _run_files(run_dir)
+        if checkpoint is None and held:
+            raise ValueError(
+                f"run_dir: '{run_dir}' already holds a run ({', '.join(held)}); continue it "
+                f"with resume={run_dir}, or give a new run_dir"
+            )
     elif checkpoint is not None:  # a resumed run keeps writing where it was
         run_dir = Path(checkpoint["path"]).parent
     else:
@@ -378,9 +407,20 @@ def _run_dir(cfg: DictConfig, checkpoint: Mapping[str, Any] | None) -> Path:
         while run_dir.exists():
             run_dir = run_dir.with_name(f"{stamp}_{suffix}")
             suffix += 1
-    run_dir.mkdir(parents=True, exist_ok=True)
     cfg.run_dir = str(run_dir)
     return run_dir
+
+
+def _run_files(run_dir: Path) -> list[str]:
+    """The files of a run in ``run_dir``: checkpoints, metrics, its config (a few named)."""
+    if not run_dir.is_dir():
+        return []
+    names = sorted(
+        p.name
+        for p in run_dir.iterdir()
+        if CHECKPOINT_PATTERN.match(p.name) or p.name in (METRICS_FILE, "config.yaml")
+    )
+    return names[:3] + ([f"{len(names) - 3} more"] if len(names) > 3 else [])
 
 
 def _truncate_metrics(path: Path, iteration: int) -> None:
