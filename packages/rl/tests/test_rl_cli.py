@@ -154,3 +154,27 @@ def test_resume_takes_task_and_algorithm_from_the_checkpoint(monkeypatch, tmp_pa
     assert stopped.value.code == cli.EXIT_USAGE
     assert "task: 'g1_walk_flat' given, but resume=" in caplog.text
     assert "is a 'cartpole' run" in caplog.text
+
+
+def test_ctrl_c_during_the_first_kernel_compile_is_one_line(tmp_path):
+    """SIGINT to a real process while Numba compiles the task's kernels (a fresh kernel cache):
+    exit 130 with one warning, no traceback, no run directory."""
+    import signal
+    import time
+
+    err = tmp_path / "stderr.txt"
+    env = {**os.environ, "FUSELAB_CACHE_DIR": str(tmp_path / "kernels")}
+    command = [SCRIPTS / "fuselab-train", "task=g1_walk_flat", "num_envs=4", "progress=false"]
+    with err.open("w") as sink:
+        process = subprocess.Popen(
+            [*command, f"run_dir={tmp_path / 'run'}"], stderr=sink, stdout=sink, env=env
+        )
+        deadline = time.monotonic() + 120
+        while "cache miss, compiling" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # inside the compile (several seconds for this task on few cores)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == cli.EXIT_INTERRUPTED
+    text = err.read_text()
+    assert "stopped while starting up: nothing was trained or saved" in text
+    assert "Traceback" not in text and not (tmp_path / "run").exists()

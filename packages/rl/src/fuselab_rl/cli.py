@@ -55,9 +55,9 @@ def train(cfg: DictConfig) -> None:
     # Training renders nothing: without this, MUJOCO_GL=osmesa with no libOSMesa installed
     # breaks `import mujoco` itself (mujoco loads the GL backend it names on import).
     os.environ.pop("MUJOCO_GL", None)
-    from fuselab_rl.runner import compose_resume_config, create_training_handle
-
     try:
+        from fuselab_rl.runner import compose_resume_config, create_training_handle
+
         if cfg.resume:  # the task and the algorithm are the checkpoint's
             cfg = compose_resume_config(HydraConfig.get().overrides.task)
         handle = create_training_handle(cfg)
