@@ -167,7 +167,13 @@ def test_ctrl_c_during_the_first_kernel_compile_is_one_line(tmp_path):
     command = [SCRIPTS / "fuselab-train", "task=g1_walk_flat", "num_envs=4", "progress=false"]
     with err.open("w") as sink:
         process = subprocess.Popen(
-            [*command, f"run_dir={tmp_path / 'run'}"], stderr=sink, stdout=sink, env=env
+            [*command, f"run_dir={tmp_path / 'run'}"],
+            stderr=sink,
+            stdout=sink,
+            env=env,
+            # as in a terminal: a test runner started in the background ignores SIGINT, and
+            # its children would inherit that (Python then installs no handler)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 120
         while "cache miss, compiling" not in err.read_text() and time.monotonic() < deadline:
