@@ -340,8 +340,7 @@ class _Resolver:
             return Input("workspace", arg)
         if arg in self.arrays:
             if arg not in self._array_index:
-                self._array_index[arg] = self._new_data(f"task array {arg!r}", self.arrays[arg])
-                self.plan.data_names[-1] = arg
+                self._array_index[arg] = self._new_data(arg, self.arrays[arg])
             return Data(self._array_index[arg])
         known = ["dt", *self.plan.state, *self.plan.workspace, *self.arrays]
         raise PlanError(

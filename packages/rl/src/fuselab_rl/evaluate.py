@@ -153,9 +153,15 @@ class TrackingErrors:
         self.root = names.index(root)
         self.arrays = env.task_arrays
         self.sums = dict.fromkeys(
-            ("mpkpe_mm", "root_relative_mpkpe_mm", "end_effector_mm", "joint_pos_rad"), 0.0
+            (
+                "mpkpe_mm",
+                "root_relative_mpkpe_mm",
+                "end_effector_mm",
+                "joint_pos_rad",
+                "joint_vel_radps",
+            ),
+            0.0,
         )
-        self.sums["joint_vel_radps"] = 0.0
         self.samples = 0
 
     def add(self, env: Any, rows: np.ndarray) -> None:
