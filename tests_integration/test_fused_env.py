@@ -27,6 +27,12 @@ def joint_speed_exp(i, joint_vel):
     return math.exp(abs(joint_vel[i, 0]))
 
 
+@observation(size=1, name="walker_joint_speed_exp")
+def joint_speed_exp_obs(i, out, col, joint_vel):
+    """exp of the first joint's speed: overflows to inf past ~89 rad/s (float32)."""
+    out[i, col] = math.exp(abs(joint_vel[i, 0]))
+
+
 @termination(name="walker_fell")
 def fell(i, body_pos_w, min_height_m: float = 0.4):
     return body_pos_w[i, 0, 2] < min_height_m
@@ -58,11 +64,20 @@ TERMS = {
 
 
 class WalkerStand(FusedEnv):
-    def __init__(self, episode_length_s=1.0, min_height_m=0.4, extra_rewards=None, **kwargs):
+    def __init__(
+        self,
+        episode_length_s=1.0,
+        min_height_m=0.4,
+        extra_rewards=None,
+        extra_observations=None,
+        **kwargs,
+    ):
         backend = MujocoBackend(WALKER_XML, N, num_threads=2)
         self.model = mujoco.MjModel.from_xml_string(WALKER_XML)
         terms = {**TERMS, "terminations": {**TERMS["terminations"]}}
         terms["rewards"] = {**TERMS["rewards"], **(extra_rewards or {})}
+        actor = TERMS["observations"]["actor"]["terms"]
+        terms["observations"] = {"actor": {"terms": {**actor, **(extra_observations or {})}}}
         terms["terminations"]["fell"] = {
             "term": "walker_fell",
             "params": {"min_height_m": min_height_m},
@@ -169,6 +184,28 @@ def test_a_row_whose_reward_overflows_ends_as_a_failure_that_earns_nothing():
     assert result.reward[2] == 0.0 and np.isfinite(result.reward).all()
     assert list(result.info["reset_envs"]) == [2]
     assert list(env.step(actions).info["non_finite_rewards"]) == []
+
+
+def test_a_row_whose_observation_overflows_ends_as_a_failure_and_observes_again_finite():
+    """Extreme but finite state (a joint at 300 rad/s): an observation term overflows to inf in
+    that row only; the row fails, earns 0, is reported, its terminal observation is finite, and
+    it is reset alone and observes a finite start."""
+    speed = {"speed": {"term": "walker_joint_speed_exp"}}
+    env = WalkerStand(episode_length_s=10.0, min_height_m=0.0, extra_observations=speed)
+    actions = np.zeros((N, 6), np.float32)
+    env.step(actions)
+    qvel = np.zeros((1, env.model.nv), np.float32)
+    qvel[0, 6] = 300.0  # the first hinge joint
+    env.backend.reset_envs(np.array([4]), env.model.qpos0[None].astype(np.float32), qvel)
+    result = env.step(actions)
+    assert list(result.info["non_finite_observations"]) == [4]
+    assert list(result.info["non_finite_states"]) == list(result.info["non_finite_rewards"]) == []
+    assert result.terminated[4] and not np.delete(result.terminated, 4).any()
+    assert result.reward[4] == 0.0
+    assert list(result.info["reset_envs"]) == [4]
+    assert np.isfinite(result.obs["actor"]).all()
+    assert np.isfinite(result.info["terminal_obs"]["actor"][4]).all()
+    assert list(env.step(actions).info["non_finite_observations"]) == []
 
 
 def test_bad_actions_and_misconfigured_time_out_are_named():

@@ -4,10 +4,10 @@ import math
 
 import numpy as np
 
+from fuselab_env_core.ranges import PositiveFloat
 from fuselab_env_core.terms import (
     Bodies,
     Body,
-    PositiveFloat,
     observation,
     preamble,
     reward,

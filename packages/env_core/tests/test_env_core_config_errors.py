@@ -182,7 +182,7 @@ def test_a_parameter_outside_its_declared_range_is_named_with_the_range():
 def test_a_range_declared_on_a_non_number_is_refused_when_the_term_is_registered():
     from typing import Annotated
 
-    from fuselab_env_core.terms import Range
+    from fuselab_env_core.ranges import Range
 
     with pytest.raises(TypeError, match="parameter 'name': Annotated takes float or int and one"):
 

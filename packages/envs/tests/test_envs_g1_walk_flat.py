@@ -132,3 +132,37 @@ def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
         fuselab_envs.make(
             "g1_walk_flat", num_envs=2, **{"terminations.fell_over.params.limit_angle_rad": 4}
         )
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "commands.standing_fraction=2",
+            r"commands\.standing_fraction: expected >= 0 and <= 1, got 2",
+        ),
+        ("commands.resample_s=0", r"commands\.resample_s: expected > 0, got 0"),
+        (
+            "commands.lin_vel_x=[1,-1]",
+            r"commands\.lin_vel_x: expected \[low, high\], numbers with low <= high",
+        ),
+        ("events.push_interval_s=-1", r"events\.push_interval_s: expected > 0 or null, got -1"),
+        ("events.joint_noise_rad=-0.1", r"events\.joint_noise_rad: expected >= 0, got -0\.1"),
+        ("env.decimation=0", r"env\.decimation: expected >= 1, got 0"),
+        (
+            "env.episode_length_s=abc",
+            r"env\.episode_length_s: expected a finite number > 0, got 'abc'",
+        ),
+    ],
+)
+def test_a_task_value_out_of_its_range_is_named_before_anything_is_built(
+    monkeypatch, override, message
+):
+    from fuselab_envs import registry
+
+    def no_backend(cfg):
+        raise AssertionError("a backend was built for a config that fails")
+
+    monkeypatch.setattr(registry, "make_backend", no_backend)
+    with pytest.raises(ValueError, match=message):
+        registry.make_env(fuselab_envs.compose("g1_walk_flat", [override]))

@@ -8,6 +8,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 from rl_fake_env import SMALL_PPO, FakeEnv, use_fake_env
 
 from fuselab_rl.networks import ActorCritic, EmpiricalNormalization
@@ -100,8 +101,12 @@ def test_config_errors_name_the_key_value_and_accepted_range():
         ValueError, match=r"algo.schedule: expected one of adaptive, fixed, got 'cosine'"
     ):
         PPOCfg(schedule="cosine")
-    with pytest.raises(ValueError, match=r"algo.gamma: expected a float in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"algo.gamma: expected > 0 and <= 1, got 1.5"):
         PPOCfg(gamma=1.5)
+    with pytest.raises(ValueError, match=r"algo.entropy_coef: expected >= 0, got -0.01"):
+        PPOCfg(entropy_coef=-0.01)
+    with pytest.raises(ValueError, match=r"algo: unknown keys \['learning_rat'\]; accepted: "):
+        PPOCfg.from_config(OmegaConf.create({"name": "ppo", "policy": {}, "learning_rat": 1}))
     with pytest.raises(ValueError, match=r"algo.policy.activation: expected one of elu, relu"):
         ActorCritic(2, 2, 1, activation="gelu")
 

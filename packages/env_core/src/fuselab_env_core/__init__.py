@@ -18,6 +18,15 @@ from fuselab_env_core.config import (
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
 from fuselab_env_core.plan_key import plan_key
+from fuselab_env_core.ranges import (
+    Fraction,
+    Interval,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    build_section,
+)
 from fuselab_env_core.runtime import FusedTerms, TermBuffers, prefer_sleeping_omp_threads
 from fuselab_env_core.terms import (
     Bodies,
@@ -40,17 +49,24 @@ __all__ = [
     "Body",
     "BufferSpec",
     "ContactBodies",
+    "Fraction",
     "FusedTerms",
+    "Interval",
+    "NonNegativeFloat",
     "NumpyTerms",
     "ObservationCfg",
     "ObservationGroupCfg",
     "Plan",
     "PlanError",
+    "PositiveFloat",
+    "PositiveInt",
+    "Range",
     "RewardCfg",
     "TaskTermsCfg",
     "TermBuffers",
     "TermCfg",
     "TerminationCfg",
+    "build_section",
     "observation",
     "plan_key",
     "preamble",

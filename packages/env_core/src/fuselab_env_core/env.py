@@ -35,6 +35,7 @@ import numpy as np
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.config import TaskTermsCfg
 from fuselab_env_core.entity import Entity
+from fuselab_env_core.ranges import PositiveFloat, PositiveInt, check_value
 from fuselab_env_core.runtime import FusedTerms
 from fuselab_env_core.terms import termination
 
@@ -48,6 +49,14 @@ def time_out(i, episode_step, max_episode_steps):
 
 
 time_out.numpy(lambda episode_step, max_episode_steps: episode_step >= max_episode_steps)
+
+
+@dataclass
+class EnvCfg:
+    """The ``env`` section of a task config: FusedEnv's own settings (a task may add some)."""
+
+    decimation: PositiveInt = 4  # physics steps per control step
+    episode_length_s: PositiveFloat = 20.0
 
 
 @dataclass
@@ -81,13 +90,11 @@ class FusedEnv:
     ):
         started = time.perf_counter()
         n, nu = backend.num_envs, backend.model.nu
-        if isinstance(decimation, bool) or not isinstance(decimation, int) or decimation < 1:
-            raise ValueError(f"decimation: expected a positive int, got {decimation!r}")
+        decimation = check_value("env.decimation", decimation, PositiveInt)
+        episode_length_s = check_value("env.episode_length_s", episode_length_s, PositiveFloat)
         self.backend, self.robot = backend, robot
         self.num_envs, self.decimation = n, decimation
         self.step_dt = backend.model.physics_dt * decimation
-        if not episode_length_s > 0:
-            raise ValueError(f"episode_length_s: expected > 0, got {episode_length_s!r}")
         self.default_controls = _vector("default_controls", default_controls, nu)
         self.action_scale = _vector("action_scale", action_scale, nu)
         self.rng = np.random.default_rng(seed)
@@ -100,6 +107,8 @@ class FusedEnv:
         self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
         self._state_finite = np.ones(n, np.bool_)  # rows whose physics did not diverge
         self._reward_finite = np.ones(n, np.bool_)  # rows whose reward did not overflow
+        self._obs_finite = np.ones(n, np.bool_)  # rows whose observations are finite
+        self._obs_row_sum = np.zeros(n, np.float32)
         self._done = np.zeros(n, np.bool_)
         self._bodies_stale = False  # physics state written since the last body copy
         robot.update()
@@ -199,6 +208,10 @@ class FusedEnv:
             self._reset(done)
         self._copy_bodies_if_stale()
         self.terms.observe()
+        broken = self._rows_with_non_finite_obs()
+        info["non_finite_observations"] = broken
+        if broken.size:
+            done = self._end_broken_rows(broken, done)
         info["reset_envs"] = done
         info["terminal_obs"] = self.terminal_obs
         b = self.terms.buffers
@@ -249,6 +262,30 @@ class FusedEnv:
         self.terms.observe(done)
         for group, obs in self.terms.buffers.obs.items():
             self.terminal_obs[group][done] = obs[done]
+
+    def _rows_with_non_finite_obs(self) -> np.ndarray:
+        """Rows whose fresh observations hold a NaN or an inf (one row sum per group: a
+        non-finite value makes its row's sum non-finite)."""
+        self._obs_finite.fill(True)
+        for obs in self.terms.buffers.obs.values():
+            np.sum(obs, axis=1, out=self._obs_row_sum)
+            self._obs_finite &= np.isfinite(self._obs_row_sum)
+        return self._rows_where_not(self._obs_finite)
+
+    def _end_broken_rows(self, broken: np.ndarray, done: np.ndarray) -> np.ndarray:
+        """Rows whose observations went non-finite on a finite state (a term overflowed):
+        like a diverged row, the step fails and earns nothing; the terminal observation is
+        zeroed where it was not finite, the row starts over and observes again. Returns the
+        rows reset this step."""
+        self.reward[broken] = 0.0
+        self.terminated[broken] = True
+        self.truncated[broken] = False
+        for group, obs in self.terms.buffers.obs.items():
+            self.terminal_obs[group][broken] = np.nan_to_num(obs[broken], posinf=0, neginf=0)
+        self._reset(broken)
+        self._copy_bodies_if_stale()
+        self.terms.observe(broken)
+        return np.union1d(done, broken)
 
     def _copy_bodies_if_stale(self) -> None:
         if self._bodies_stale:

@@ -22,11 +22,11 @@ from typing import Any, Literal
 import numpy as np
 
 from fuselab_env_core.config import ObservationCfg, RewardCfg, TaskTermsCfg, TerminationCfg
+from fuselab_env_core.ranges import Range
 from fuselab_env_core.terms import (
     NAME_TYPES,
     Body,
     Param,
-    Range,
     Term,
     TermKind,
     did_you_mean,

@@ -20,8 +20,9 @@ Its first argument is the env index ``i``. Every other argument is either
   :class:`ContactBodies`) and set from configuration, with the Python default as its default.
   Body names become their rows in the entity's buffers: compile-time constants. A number may
   declare the range it accepts, ``std: Annotated[float, Range(gt=0)]`` (or the aliases
-  :data:`PositiveFloat`, :data:`NonNegativeFloat`, :data:`Fraction`): every value configured
-  or tuned is checked against it, with the parameter's full key in the error.
+  :data:`PositiveFloat`, :data:`NonNegativeFloat`, :data:`Fraction`, :data:`PositiveInt` of
+  :mod:`fuselab_env_core.ranges`): every value configured or tuned is
+  checked against it, with the parameter's full key in the error.
 
 Kinds: a reward returns a float, a termination returns a bool, an observation writes ``size``
 values into ``out[i, col:col + size]`` (``out`` and ``col`` are supplied by the plan), and a
@@ -41,6 +42,8 @@ from typing import Annotated, Any, Literal
 
 import numba
 import numpy as np
+
+from fuselab_env_core.ranges import Range
 
 TermKind = Literal["preamble", "reward", "termination", "observation"]
 
@@ -68,32 +71,6 @@ class ContactBodies(tuple):
 NAME_TYPES: tuple[type, ...] = (Body, Bodies, ContactBodies)
 
 
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric parameter accepts: bounds ``gt`` / ``ge`` below, ``lt`` / ``le``
-    above (None: unbounded)."""
-
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-    def accepts(self, value: float) -> bool:
-        return not (
-            (self.gt is not None and not value > self.gt)
-            or (self.ge is not None and not value >= self.ge)
-            or (self.lt is not None and not value < self.lt)
-            or (self.le is not None and not value <= self.le)
-        )
-
-    def describe(self) -> str:
-        bounds = ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
-        return " and ".join(f"{op} {b:g}" for op, b in bounds if b is not None) or "any value"
-
-
-PositiveFloat = Annotated[float, Range(gt=0.0)]  # a std, a scale, a duration
-NonNegativeFloat = Annotated[float, Range(ge=0.0)]  # a threshold, a limit, a margin
-Fraction = Annotated[float, Range(ge=0.0, le=1.0)]  # a probability, a share
 PARAM_TYPES: tuple[type, ...] = (float, int, bool, str, np.ndarray, *NAME_TYPES)
 OBSERVATION_ARGS = ("out", "col")
 

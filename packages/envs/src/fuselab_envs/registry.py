@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -19,73 +19,70 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_env_core.backend import SimBackend
+from fuselab_env_core.env import EnvCfg
+from fuselab_env_core.ranges import build_section
 from fuselab_env_core.terms import did_you_mean
+from fuselab_envs.tasks.cartpole import Cartpole, CartpoleEnvCfg
+from fuselab_envs.tasks.g1_motion_tracking import (
+    G1MotionTracking,
+    MotionCfg,
+    ResetNoiseCfg,
+    SamplingCfg,
+)
+from fuselab_envs.tasks.g1_walk_flat import CommandCfg, EventCfg, G1WalkFlat
 
 log = logging.getLogger(__name__)
 
 CONFIG_MODULE = "fuselab_envs.configs"
 BACKENDS = ("mujoco", "mjwarp", "motrix")
+Sections = Mapping[str, Any]  # a task's config sections, built (check_sections)
 
 
-def _g1_walk_flat(cfg: DictConfig, backend: SimBackend):
-    from fuselab_envs.tasks.g1_walk_flat import CommandCfg, EventCfg, G1WalkFlat
-
-    terms = _terms(cfg)
-    commands = cast("dict[str, Any]", OmegaConf.to_container(cfg.commands, resolve=True))
-    command_kwargs: dict[str, Any] = {
-        k: tuple(v) if isinstance(v, list) else v for k, v in commands.items()
-    }
+def _g1_walk_flat(cfg: DictConfig, sections: Sections, backend: SimBackend):
     return G1WalkFlat(
         backend,
-        terms,  # type: ignore[arg-type]
-        commands=CommandCfg(**command_kwargs),
-        events=EventCfg(**OmegaConf.to_container(cfg.events, resolve=True)),  # type: ignore[arg-type]
-        decimation=cfg.env.decimation,
-        episode_length_s=cfg.env.episode_length_s,
+        _terms(cfg),
+        commands=sections["commands"],
+        events=sections["events"],
+        decimation=sections["env"].decimation,
+        episode_length_s=sections["env"].episode_length_s,
         num_threads=cfg.num_threads,
         seed=cfg.seed,
     )
 
 
-def _g1_motion_tracking(cfg: DictConfig, backend: SimBackend):
+def _g1_motion_tracking(cfg: DictConfig, sections: Sections, backend: SimBackend):
     from fuselab_envs.motion import DEFAULT_MOTION_PATH, load_motion
-    from fuselab_envs.tasks.g1_motion_tracking import (
-        G1MotionTracking,
-        ResetNoiseCfg,
-        SamplingCfg,
-    )
 
-    facts = backend.model
-    control_fps = 1.0 / (facts.physics_dt * cfg.env.decimation)
-    motion = load_motion(
-        Path(cfg.motion.file) if cfg.motion.file else DEFAULT_MOTION_PATH,
+    facts, env, motion = backend.model, sections["env"], sections["motion"]
+    clip = load_motion(
+        Path(motion.file) if motion.file else DEFAULT_MOTION_PATH,
         joint_names=facts.joint_names,
         body_names=facts.body_names,
-        fps=control_fps,
+        fps=1.0 / (facts.physics_dt * env.decimation),
     )
     return G1MotionTracking(
         backend,
         _terms(cfg),
-        motion,
-        sampling=SamplingCfg(**OmegaConf.to_container(cfg.sampling, resolve=True)),  # type: ignore[arg-type]
-        reset_noise=ResetNoiseCfg(**OmegaConf.to_container(cfg.reset_noise, resolve=True)),  # type: ignore[arg-type]
-        clip_end=cfg.motion.clip_end,
-        decimation=cfg.env.decimation,
-        episode_length_s=cfg.env.episode_length_s,
+        clip,
+        sampling=sections["sampling"],
+        reset_noise=sections["reset_noise"],
+        clip_end=motion.clip_end,
+        decimation=env.decimation,
+        episode_length_s=env.episode_length_s,
         num_threads=cfg.num_threads,
         seed=cfg.seed,
     )
 
 
-def _cartpole(cfg: DictConfig, backend: SimBackend):
-    from fuselab_envs.tasks.cartpole import Cartpole
-
+def _cartpole(cfg: DictConfig, sections: Sections, backend: SimBackend):
+    env = sections["env"]
     return Cartpole(
         backend,
         _terms(cfg),
-        reset_noise=cfg.env.reset_noise,
-        decimation=cfg.env.decimation,
-        episode_length_s=cfg.env.episode_length_s,
+        reset_noise=env.reset_noise,
+        decimation=env.decimation,
+        episode_length_s=env.episode_length_s,
         num_threads=cfg.num_threads,
         seed=cfg.seed,
     )
@@ -98,8 +95,9 @@ def _terms(cfg: DictConfig) -> dict:
 
 @dataclass(frozen=True)
 class Task:
-    build: Callable[[DictConfig, SimBackend], Any]
+    build: Callable[[DictConfig, Sections, SimBackend], Any]
     model: Callable[[], Path]  # the embedded MJCF the task runs on unless robot.mjcf names one
+    sections: Mapping[str, type]  # config sections -> their dataclass (see check_sections)
 
 
 def _g1_model() -> Path:
@@ -115,9 +113,20 @@ def _cartpole_model() -> Path:
 
 
 TASKS: dict[str, Task] = {
-    "g1_walk_flat": Task(_g1_walk_flat, _g1_model),
-    "g1_motion_tracking": Task(_g1_motion_tracking, _g1_model),
-    "cartpole": Task(_cartpole, _cartpole_model),
+    "g1_walk_flat": Task(
+        _g1_walk_flat, _g1_model, {"env": EnvCfg, "commands": CommandCfg, "events": EventCfg}
+    ),
+    "g1_motion_tracking": Task(
+        _g1_motion_tracking,
+        _g1_model,
+        {
+            "env": EnvCfg,
+            "motion": MotionCfg,
+            "sampling": SamplingCfg,
+            "reset_noise": ResetNoiseCfg,
+        },
+    ),
+    "cartpole": Task(_cartpole, _cartpole_model, {"env": CartpoleEnvCfg}),
 }
 
 
@@ -152,11 +161,23 @@ def make(task: str, overrides: Sequence[str] = (), **values: Any):
 
 def make_env(cfg: DictConfig):
     """Build the env a composed config describes (its ``task_name``, ``backend``, ...)."""
+    sections = check_sections(cfg)
+    return TASKS[cfg.task_name].build(cfg, sections, make_backend(cfg))
+
+
+def check_sections(cfg: DictConfig) -> Sections:
+    """The task's config sections (``env``, ``commands``, ...) as their dataclasses, every value
+    checked against its declared type and range before anything is built: a bad value is a
+    ValueError naming its full key, the value and what is accepted."""
     if cfg.task_name not in TASKS:
         raise KeyError(
             f"task_name: unknown task {cfg.task_name!r}; known: {', '.join(list_tasks())}"
         )
-    return TASKS[cfg.task_name].build(cfg, make_backend(cfg))
+    sections = {}
+    for key, cls in TASKS[cfg.task_name].sections.items():
+        values = cast("dict[str, Any]", OmegaConf.to_container(cfg[key], resolve=True))
+        sections[key] = build_section(cls, values, key)
+    return sections
 
 
 def make_backend(cfg: DictConfig) -> SimBackend:

@@ -18,15 +18,24 @@ import inspect
 import logging
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from fuselab_env_core.ranges import (
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    build_section,
+    check_section,
+)
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.networks import ActorCritic
 from fuselab_rl.storage import RolloutStorage
@@ -34,7 +43,6 @@ from fuselab_rl.threads import ThreadBudget
 
 log = logging.getLogger(__name__)
 
-SCHEDULES = ("adaptive", "fixed")
 MIN_LEARNING_RATE, MAX_LEARNING_RATE = 1e-5, 1e-2  # bounds of the adaptive schedule
 
 
@@ -42,49 +50,30 @@ MIN_LEARNING_RATE, MAX_LEARNING_RATE = 1e-5, 1e-2  # bounds of the adaptive sche
 class PPOCfg:
     """``algo.*`` of configs/algo/ppo.yaml (``policy`` is the network's; see ActorCritic)."""
 
-    num_steps_per_env: int = 24
-    num_learning_epochs: int = 5
-    num_mini_batches: int = 4
-    learning_rate: float = 1e-3
-    schedule: str = "adaptive"
-    desired_kl: float = 0.01
-    gamma: float = 0.99
-    lam: float = 0.95
-    clip_param: float = 0.2
-    value_loss_coef: float = 1.0
+    num_steps_per_env: PositiveInt = 24
+    num_learning_epochs: PositiveInt = 5
+    num_mini_batches: PositiveInt = 4
+    learning_rate: PositiveFloat = 1e-3
+    schedule: Literal["adaptive", "fixed"] = "adaptive"
+    desired_kl: PositiveFloat = 0.01
+    gamma: Annotated[float, Range(gt=0.0, le=1.0)] = 0.99
+    lam: Fraction = 0.95
+    clip_param: PositiveFloat = 0.2
+    value_loss_coef: NonNegativeFloat = 1.0
     use_clipped_value_loss: bool = True
-    entropy_coef: float = 0.01
-    max_grad_norm: float = 1.0
-    clip_actions: float | None = None
+    entropy_coef: NonNegativeFloat = 0.01
+    max_grad_norm: PositiveFloat = 1.0
+    clip_actions: PositiveFloat | None = None
 
     def __post_init__(self) -> None:
-        def check(name: str, ok: bool, accepted: str) -> None:
-            if not ok:
-                raise ValueError(f"algo.{name}: expected {accepted}, got {getattr(self, name)!r}")
-
-        for name in ("num_steps_per_env", "num_learning_epochs", "num_mini_batches"):
-            value = getattr(self, name)
-            check(
-                name, isinstance(value, int) and not isinstance(value, bool) and value >= 1, ">= 1"
-            )
-        check("learning_rate", self.learning_rate > 0, "a positive float")
-        check("schedule", self.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}")
-        check("desired_kl", self.desired_kl > 0, "a positive float")
-        check("gamma", 0 < self.gamma <= 1, "a float in (0, 1]")
-        check("lam", 0 <= self.lam <= 1, "a float in [0, 1]")
-        check("clip_param", self.clip_param > 0, "a positive float")
-        check("max_grad_norm", self.max_grad_norm > 0, "a positive float")
-        check("clip_actions", self.clip_actions is None or self.clip_actions > 0, "null or > 0")
+        check_section(self, "algo")
 
     @classmethod
     def from_config(cls, algo: DictConfig) -> PPOCfg:
         values = OmegaConf.to_container(algo, resolve=True)
         assert isinstance(values, dict)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted({str(k) for k in values} - known - {"name", "policy"})
-        if unknown:
-            raise ValueError(f"algo: unknown PPO keys {unknown}; accepted: {sorted(known)}")
-        return cls(**{k: v for k, v in values.items() if k in known})  # type: ignore[arg-type]
+        own = {str(k): v for k, v in values.items() if k not in ("name", "policy")}
+        return build_section(cls, own, "algo")
 
 
 def network_kwargs(algo: DictConfig) -> dict[str, Any]:

@@ -7,6 +7,7 @@ and end when the pole tips past its limit or the cart leaves the rail's safe spa
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,15 @@ import numpy as np
 import fuselab_envs.terms.cartpole  # noqa: F401 - registers the terms the config names
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
-from fuselab_env_core.env import FusedEnv
+from fuselab_env_core.env import EnvCfg, FusedEnv
+from fuselab_env_core.ranges import NonNegativeFloat, check_value
+
+
+@dataclass
+class CartpoleEnvCfg(EnvCfg):
+    """Cartpole's ``env`` section: FusedEnv's settings and the reset noise."""
+
+    reset_noise: NonNegativeFloat = 0.1  # uniform +- on cart position, pole angle, velocities
 
 
 class Cartpole(FusedEnv):
@@ -35,7 +44,7 @@ class Cartpole(FusedEnv):
                 "robot: Cartpole expects the joints ('slider', 'hinge') and one actuator, got "
                 f"joints {facts.joint_names} and {facts.nu} actuators"
             )
-        self.reset_noise = reset_noise
+        self.reset_noise = check_value("env.reset_noise", reset_noise, NonNegativeFloat)
         super().__init__(
             backend,
             Entity(backend, ("cart", "pole")),

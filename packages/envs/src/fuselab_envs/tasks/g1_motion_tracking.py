@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -28,6 +28,14 @@ import fuselab_envs.terms.tracking  # noqa: F401
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import FusedEnv
+from fuselab_env_core.ranges import (
+    Fraction,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    check_section,
+    check_value,
+)
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
 from fuselab_envs.g1 import ACTION_SCALE
 from fuselab_envs.motion import MotionClip
@@ -59,33 +67,41 @@ CONTACT_BODIES = (
     "left_knee_link",
     "right_knee_link",
 )
-SAMPLING_MODES = ("start", "uniform", "adaptive")
-CLIP_END_MODES = ("truncate", "resample")
+SamplingMode = Literal["start", "uniform", "adaptive"]
+ClipEnd = Literal["truncate", "resample"]  # at the clip's end: time out, or a new start frame
 
 
 @dataclass
 class SamplingCfg:
     """Where episodes start in the clip: at frame 0, uniformly, or where envs fail most."""
 
-    mode: str = "adaptive"
-    bin_s: float = 1.0  # adaptive: failures are counted per bin of this length
-    ema: float = 0.001  # adaptive: weight of the newest failure counts in the running average
-    uniform_ratio: float = 0.1  # adaptive: share of starts drawn uniformly
-    kernel_bins: int = 3  # adaptive: a failure also raises the bins leading up to it
-    kernel_decay: float = 0.8  # adaptive: ... each earlier bin by this factor
+    mode: SamplingMode = "adaptive"
+    bin_s: PositiveFloat = 1.0  # adaptive: failures are counted per bin of this length
+    ema: Fraction = 0.001  # adaptive: weight of the newest failure counts in the running average
+    uniform_ratio: Fraction = 0.1  # adaptive: share of starts drawn uniformly
+    kernel_bins: PositiveInt = 3  # adaptive: a failure also raises the bins leading up to it
+    kernel_decay: Fraction = 0.8  # adaptive: ... each earlier bin by this factor
 
 
 @dataclass
 class ResetNoiseCfg:
     """Reference state initialization: the reference pose and velocity, plus uniform noise."""
 
-    pos_xy_m: float = 0.05
-    pos_z_m: float = 0.01
-    roll_pitch_rad: float = 0.1
-    yaw_rad: float = 0.2
-    lin_vel_mps: float = 0.2
-    ang_vel_radps: float = 0.2
-    joint_pos_rad: float = 0.1
+    pos_xy_m: NonNegativeFloat = 0.05
+    pos_z_m: NonNegativeFloat = 0.01
+    roll_pitch_rad: NonNegativeFloat = 0.1
+    yaw_rad: NonNegativeFloat = 0.2
+    lin_vel_mps: NonNegativeFloat = 0.2
+    ang_vel_radps: NonNegativeFloat = 0.2
+    joint_pos_rad: NonNegativeFloat = 0.1
+
+
+@dataclass
+class MotionCfg:
+    """The ``motion`` section: which clip, and what happens at its end."""
+
+    file: str | None = None  # a .npz motion file; None: the embedded clip
+    clip_end: ClipEnd = "truncate"
 
 
 class G1MotionTracking(FusedEnv):
@@ -97,7 +113,7 @@ class G1MotionTracking(FusedEnv):
         *,
         sampling: SamplingCfg | None = None,
         reset_noise: ResetNoiseCfg | None = None,
-        clip_end: str = "truncate",
+        clip_end: ClipEnd = "truncate",
         decimation: int = 4,
         episode_length_s: float = 10.0,
         num_threads: int | None = None,
@@ -105,17 +121,9 @@ class G1MotionTracking(FusedEnv):
     ):
         facts, n = backend.model, backend.num_envs
         self.facts = facts
-        self.sampling = sampling or SamplingCfg()
-        self.reset_noise = reset_noise or ResetNoiseCfg()
-        if self.sampling.mode not in SAMPLING_MODES:
-            raise ValueError(
-                f"sampling.mode: expected one of {', '.join(SAMPLING_MODES)}, "
-                f"got {self.sampling.mode!r}"
-            )
-        if clip_end not in CLIP_END_MODES:
-            raise ValueError(
-                f"clip_end: expected one of {', '.join(CLIP_END_MODES)}, got {clip_end!r}"
-            )
+        self.sampling = check_section(sampling or SamplingCfg(), "sampling")
+        self.reset_noise = check_section(reset_noise or ResetNoiseCfg(), "reset_noise")
+        clip_end = check_value("motion.clip_end", clip_end, ClipEnd)
         if motion.joint_names != facts.joint_names:
             raise ValueError(
                 f"motion {motion.source}: joints {motion.joint_names} are not the robot's "

@@ -21,6 +21,13 @@ import fuselab_envs.terms.velocity  # noqa: F401
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import FusedEnv
+from fuselab_env_core.ranges import (
+    Fraction,
+    Interval,
+    NonNegativeFloat,
+    PositiveFloat,
+    check_section,
+)
 from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
 from fuselab_envs.tasks.g1_common import g1_task_arrays, joint_array
 
@@ -74,18 +81,22 @@ def posture_std(joint_names: tuple[str, ...]) -> np.ndarray:
 
 @dataclass
 class CommandCfg:
-    resample_s: float = 4.0
-    standing_fraction: float = 0.1
-    lin_vel_x: tuple[float, float] = (-1.0, 1.0)
-    lin_vel_y: tuple[float, float] = (-0.5, 0.5)
-    ang_vel_z: tuple[float, float] = (-1.0, 1.0)
+    """The ``commands`` section: velocity commands, uniform in their ranges (base frame)."""
+
+    resample_s: PositiveFloat = 4.0
+    standing_fraction: Fraction = 0.1  # share of commands that are zero
+    lin_vel_x: Interval = (-1.0, 1.0)  # m/s
+    lin_vel_y: Interval = (-0.5, 0.5)  # m/s
+    ang_vel_z: Interval = (-1.0, 1.0)  # rad/s
 
 
 @dataclass
 class EventCfg:
-    joint_noise_rad: float = 0.1
-    push_interval_s: float | None = None
-    push_speed_mps: float = 0.5
+    """The ``events`` section: reset noise and pushes."""
+
+    joint_noise_rad: NonNegativeFloat = 0.1
+    push_interval_s: PositiveFloat | None = None  # None: no pushes
+    push_speed_mps: NonNegativeFloat = 0.5
 
 
 class G1WalkFlat(FusedEnv):
@@ -106,8 +117,8 @@ class G1WalkFlat(FusedEnv):
             raise ValueError(
                 "robot: G1WalkFlat expects one position actuator per joint, in joint order"
             )
-        self.commands = commands or CommandCfg()
-        self.events = events or EventCfg()
+        self.commands = check_section(commands or CommandCfg(), "commands")
+        self.events = check_section(events or EventCfg(), "events")
         self.facts = facts
         self.task_arrays = {
             **g1_task_arrays(facts),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from fuselab_env_core.terms import PositiveFloat, observation, reward, termination
+from fuselab_env_core.ranges import PositiveFloat
+from fuselab_env_core.terms import observation, reward, termination
 
 
 @reward()

@@ -11,11 +11,10 @@ from __future__ import annotations
 import math
 from typing import Annotated
 
+from fuselab_env_core.ranges import NonNegativeFloat, Range
 from fuselab_env_core.rotations import quat_apply_inverse
 from fuselab_env_core.terms import (
     Body,
-    NonNegativeFloat,
-    Range,
     observation,
     preamble,
     reward,

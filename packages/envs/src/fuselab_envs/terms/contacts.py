@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 
+from fuselab_env_core.ranges import NonNegativeFloat
 from fuselab_env_core.terms import (
     Bodies,
     ContactBodies,
-    NonNegativeFloat,
     observation,
     preamble,
     reward,

@@ -18,6 +18,7 @@ from typing import Annotated
 
 import numba
 
+from fuselab_env_core.ranges import NonNegativeFloat, PositiveFloat, Range
 from fuselab_env_core.rotations import (
     atan2_nonnegative,
     matrix_first_two_columns,
@@ -31,9 +32,6 @@ from fuselab_env_core.rotations import (
 from fuselab_env_core.terms import (
     Bodies,
     Body,
-    NonNegativeFloat,
-    PositiveFloat,
-    Range,
     observation,
     preamble,
     reward,
