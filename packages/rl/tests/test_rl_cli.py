@@ -93,6 +93,22 @@ def test_play_writes_a_playable_mp4(trained_run, tmp_path):
     assert not np.array_equal(frames[0], frames[-1])  # the robot moved
 
 
+def test_play_names_a_gl_backend_that_cannot_render_in_one_line(trained_run):
+    """A video with a MUJOCO_GL that cannot load: one line naming it and what to install; the
+    same backend without a video does not matter (nothing is rendered)."""
+    command = [SCRIPTS / "fuselab-play", f"checkpoint={trained_run / 'model_2.pt'}", "steps=2"]
+    env = {**os.environ, "MUJOCO_GL": "no_such_backend"}
+    done = subprocess.run(
+        [*command, "video=true"], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == cli.EXIT_USAGE, done.stderr[-2000:]
+    assert "video: MUJOCO_GL=no_such_backend cannot render here" in done.stderr
+    assert "set MUJOCO_GL to one of egl, osmesa, glfw" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_list_names_tasks_and_algorithms(capsys):
     cli.list_all()
     out = capsys.readouterr().out

@@ -4,12 +4,15 @@ shared memory), and learning cartpole with the collector in its own process."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import multiprocessing as mp
 import os
 import signal
+import subprocess
 import time
+from multiprocessing import shared_memory
 
 import numpy as np
 import pytest
@@ -17,11 +20,14 @@ import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 
 from fuselab_rl.async_collect import (
+    SHM_PREFIX,
     AsyncCollector,
     CollectorFailed,
     RecordLayout,
     TransitionRing,
     WeightChannel,
+    remove_orphaned_segments,
+    shm_name,
 )
 from fuselab_rl.fastsac import FastSACTrainer
 
@@ -182,7 +188,7 @@ def test_a_collector_start_up_error_is_raised_in_the_learner_with_its_text(tmp_p
     cfg.env.decimation = 0  # FusedEnv rejects it, in the collector process
     with pytest.raises(
         CollectorFailed,
-        match=r"exit code 1: ValueError: decimation: expected a positive int, got 0",
+        match=r"exit code 1: ValueError: env.decimation: expected >= 1, got 0",
     ):
         FastSACTrainer(cfg, torch.device("cpu"), helpers.threads(2), tmp_path)
     assert set(helpers.our_segments()) == before
@@ -256,3 +262,23 @@ def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tm
     )
     assert metrics["Perf/collect_steps_per_s"] > 0 and metrics["Perf/policy_lag_updates"] >= 0
     assert metrics["Perf/learn_wait_s"] >= 0 and 0 <= metrics["Perf/ring_fill"] <= 1
+
+
+def test_segments_of_a_killed_learner_are_removed_by_the_next_run_and_live_ones_kept():
+    """Learner and collector killed together (SIGKILL to the process group) leave their
+    segments; the next async run unlinks those of dead learners only."""
+    exited = subprocess.Popen(["true"])
+    exited.wait()  # its pid names a learner that is gone
+    orphan = shared_memory.SharedMemory(
+        name=f"{SHM_PREFIX}_{exited.pid}_test{os.getpid()}_ring", create=True, size=64
+    )
+    live = shared_memory.SharedMemory(name=shm_name("test"), create=True, size=64)
+    try:
+        assert orphan.name in remove_orphaned_segments()
+        assert not os.path.exists(f"/dev/shm/{orphan.name}")
+        assert os.path.exists(f"/dev/shm/{live.name}")
+    finally:
+        for segment in (orphan, live):
+            segment.close()
+            with contextlib.suppress(FileNotFoundError):
+                segment.unlink()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 
 import pytest
@@ -198,23 +199,49 @@ def test_thread_budget_gives_every_pool_the_budget():
         ThreadBudget.resolve("two")  # type: ignore[arg-type]
 
 
-def test_ctrl_c_saves_the_iterations_done_and_stops(monkeypatch, tmp_path):
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_ends_the_run_after_its_iteration_and_a_second_cannot_cut_the_save(
+    monkeypatch, tmp_path, number
+):
+    """A real signal to this process in iteration 3 (as a terminal's Ctrl-C or a scheduler's
+    SIGTERM), and another one in the middle of the save it causes (uv forwards a second SIGINT):
+    the run stops after iteration 3 with that checkpoint whole on disk."""
     use_fake_env(monkeypatch)
+    handler_before = signal.getsignal(number)
     with create_training_handle(config(tmp_path, "save_interval=100")) as handle:
         trainer = ppo_of(handle)
-        real_iterate, calls = trainer.iterate, []
+        real_iterate, real_state_dict, calls = trainer.iterate, trainer.state_dict, []
 
         def iterate():
             calls.append(1)
             if len(calls) == 3:
-                raise KeyboardInterrupt
+                signal.raise_signal(number)
             return real_iterate()
 
+        def state_dict():
+            signal.raise_signal(number)  # its handler runs here, inside the save
+            return real_state_dict()
+
         monkeypatch.setattr(trainer, "iterate", iterate)
-        with pytest.raises(KeyboardInterrupt):
-            handle.train(10)
-    assert handle.iteration == 2
-    assert load_checkpoint(tmp_path)["iteration"] == 2
+        monkeypatch.setattr(trainer, "state_dict", state_dict)
+        handle.train(10)
+    assert handle.iteration == 3 and handle.stop_signal == number
+    assert load_checkpoint(tmp_path)["iteration"] == 3
+    assert handle.last_checkpoint == tmp_path / "model_3.pt"
+    assert signal.getsignal(number) == handler_before  # the run's handlers are gone
+
+
+def test_a_resumed_run_removes_the_temporaries_a_killed_save_left(monkeypatch, tmp_path, caplog):
+    use_fake_env(monkeypatch)
+    with create_training_handle(config(tmp_path, "save_interval=1")) as handle:
+        handle.train(1)
+    stale = [tmp_path / ".model_2.pt.k3x9_q.tmp", tmp_path / ".policy.onnx.a1b2.tmp"]
+    for path in stale:
+        path.write_bytes(b"half a file")
+    with create_training_handle(config(tmp_path, f"resume={tmp_path}")) as handle:
+        assert handle.iteration == 1
+    assert not any(path.exists() for path in stale)
+    assert "left by a run killed while saving" in caplog.text
 
 
 def test_plot_needs_matplotlib_only_when_asked_and_says_how_to_get_it(monkeypatch, tmp_path):

@@ -45,6 +45,7 @@ import logging
 import math
 import multiprocessing as mp
 import os
+import re
 import secrets
 import signal
 import sys
@@ -60,6 +61,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from fuselab_rl.stopping import STOP_SIGNALS, PartnerFailed
+
 log = logging.getLogger(__name__)
 
 SHM_PREFIX = "fuselab_fastsac"
@@ -68,7 +71,7 @@ _POLL_S = (0.0001, 0.002)  # sleep between polls of a full or empty ring: double
 _LIVENESS_S = 0.1  # how often a waiting side checks the other process
 
 
-class CollectorFailed(RuntimeError):
+class CollectorFailed(PartnerFailed):
     """The collector process died or raised; the message says which and why."""
 
 
@@ -82,6 +85,31 @@ class LearnerGone(RuntimeError):
 def shm_name(kind: str) -> str:
     """A segment name of ours: the prefix, this process's pid, a random token and the kind."""
     return f"{SHM_PREFIX}_{os.getpid()}_{secrets.token_hex(4)}_{kind}"
+
+
+def remove_orphaned_segments() -> list[str]:
+    """Unlink the segments of ours whose learner (the pid in the name) is gone: when learner
+    and collector are killed together (SIGKILL to the process group, the OOM killer), nobody
+    was left to release them. Returns their names."""
+    pattern = re.compile(rf"^{SHM_PREFIX}_(\d+)_")
+    orphans = []
+    for name in sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []:
+        match = pattern.match(name)
+        if match and not _pid_alive(int(match.group(1))):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/{name}")
+            orphans.append(name)
+    return orphans
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def _create_segment(name: str, nbytes: int) -> shared_memory.SharedMemory:
@@ -688,8 +716,11 @@ def collector_main(
 ) -> None:
     """The collector process: build the env, report its spec, then step it forever, writing
     one record per env step into the ring, until the learner asks it to stop or vanishes."""
-    # Ctrl-C reaches the whole process group: the learner handles it (saves, then stops us)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the learner handles
+    # them (saves, then stops us)
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # blocked while it was spawned
     logs.apply()
     log.info(
         "collector process %d: up %.0f ms after spawn (interpreter and imports)",
@@ -902,7 +933,13 @@ class AsyncCollector:
             name="fuselab-collector",
             daemon=True,
         )
-        self.process.start()
+        # The child inherits a signal mask: with the stop signals blocked it cannot die of a
+        # Ctrl-C before collector_main ignores them (the learner gets its own copy meanwhile).
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         child_conn.close()
         self._channels: list[TransitionRing | WeightChannel] = []  # released with the process
         self._finalizer = weakref.finalize(self, _release, self.process, self._channels)
@@ -939,6 +976,9 @@ class AsyncCollector:
         """Create the ring and the weight channel, let the collector run and publish the
         learner's policy as the first version."""
         started = time.perf_counter()
+        orphans = remove_orphaned_segments()
+        if orphans:
+            log.warning("/dev/shm: removed %s (left by killed FastSAC runs)", orphans)
         self._learner = learner
         self._packer = PolicyPacker(learner.policy)
         weights_numel = self._packer.numel
@@ -1074,13 +1114,8 @@ def _release(process: Any, channels: list[Any], timeout_s: float = 5.0) -> None:
             if isinstance(channel, TransitionRing):
                 channel.request_stop()
         process.join(timeout_s)
-    if process.is_alive():
-        log.warning(
-            "collector process %d did not stop in %.0f s; terminating", process.pid, timeout_s
-        )
-        process.terminate()
-        process.join(2.0)
-    if process.is_alive():
+    if process.is_alive():  # it ignores SIGTERM (see collector_main)
+        log.warning("collector process %d did not stop in %.0f s; killing", process.pid, timeout_s)
         process.kill()
         process.join(2.0)
     for channel in channels:

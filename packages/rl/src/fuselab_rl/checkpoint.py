@@ -22,6 +22,7 @@ import torch
 
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_PATTERN = re.compile(r"^model_(\d+)\.pt$")
+TEMPORARY_PATTERN = re.compile(r"^\..+\.[^.]+\.tmp$")  # what atomic_file names its temporary
 DISTRIBUTIONS = (
     "fuselab-env-core",
     "fuselab-sim-backends",
@@ -40,6 +41,18 @@ def _file_mode() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def remove_stale_temporaries(directory: Path) -> list[str]:
+    """Delete the temporary files of atomic writes in ``directory`` (a process killed while
+    saving leaves its own behind; the file it was replacing is whole). Returns their names."""
+    if not Path(directory).is_dir():
+        return []
+    stale = sorted(p for p in Path(directory).iterdir() if TEMPORARY_PATTERN.match(p.name))
+    for path in stale:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return [p.name for p in stale]
 
 
 def checkpoint_name(iteration: int) -> str:

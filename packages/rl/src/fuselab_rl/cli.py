@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from fuselab_rl.stopping import PartnerFailed
+
 log = logging.getLogger(__name__)
 
 CONFIG_PATH = "pkg://fuselab_rl.configs"
 USAGE_ERRORS = (ValueError, KeyError, FileNotFoundError, FloatingPointError)
-EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def configure_logging() -> None:
@@ -64,29 +67,41 @@ def train(cfg: DictConfig) -> None:
     except USAGE_ERRORS as error:
         fail(error)
         return
+    except PartnerFailed as error:  # e.g. the FastSAC collector died while building its env
+        log.error("%s", error)
+        sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:  # e.g. during the first kernel compile: no Numba traceback
         log.warning("stopped while starting up: nothing was trained or saved")
         sys.exit(EXIT_INTERRUPTED)
     with handle:
         try:
             handle.train()
-        except KeyboardInterrupt:
-            log.warning("stopped: checkpoint of iteration %d saved", handle.iteration)
-            sys.exit(EXIT_INTERRUPTED)
+        except PartnerFailed as error:
+            log.error("%s; %s", error, handle.saved_note())
+            sys.exit(EXIT_FAILED)
         except FloatingPointError as error:
             fail(error)
+    if handle.stop_signal is not None:  # the save is complete: the file exists
+        name = signal.Signals(handle.stop_signal).name
+        log.warning("stopped by %s: %s", name, handle.saved_note())
+        sys.exit(128 + handle.stop_signal)
     log.info("done: %s", handle.run_dir)
 
 
 @hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="play")
 def play(cfg: DictConfig) -> None:
     """Roll a trained policy out with one env and film it (run=DIR or checkpoint=FILE)."""
-    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+    if not cfg.video:
+        os.environ.pop("MUJOCO_GL", None)  # nothing is rendered (see train)
+    elif "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # headless: EGL; MUJOCO_GL=osmesa for software GL
     configure_logging()
+    from fuselab_rl.play import import_mujoco_for_video
     from fuselab_rl.play import play as run_play
 
     try:
+        if cfg.video:
+            import_mujoco_for_video()
         field = _source_field(cfg)
         result = run_play(
             cfg[field],

@@ -15,6 +15,7 @@ itself.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,32 @@ def _end_episode(result: PlayResult, episode_return: float, step: StepResult) ->
     )
 
 
+GL_PACKAGES = {  # what each MUJOCO_GL needs (Debian package names)
+    "egl": "libegl1 with a Mesa or GPU driver (libegl-mesa0)",
+    "osmesa": "libosmesa6",
+    "glfw": "a display and libglfw3",
+}
+
+
+def import_mujoco_for_video() -> Any:
+    """mujoco, with the OpenGL backend MUJOCO_GL names loaded; one that cannot load is a
+    ValueError naming MUJOCO_GL and the package it needs."""
+    try:
+        import mujoco
+    except (ImportError, AttributeError, RuntimeError) as error:  # pyopengl finds no library
+        raise gl_error(error) from None
+    return mujoco
+
+
+def gl_error(error: BaseException) -> ValueError:
+    backend = os.environ.get("MUJOCO_GL", "glfw")
+    needs = GL_PACKAGES.get(backend, "the library of that backend")
+    return ValueError(
+        f"video: MUJOCO_GL={backend} cannot render here ({type(error).__name__}: {error}); "
+        f"install {needs}, or set MUJOCO_GL to one of {', '.join(GL_PACKAGES)}"
+    )
+
+
 def _default_video_path(checkpoint: dict[str, Any]) -> Path:
     path = Path(checkpoint["path"])
     return path.parent / "videos" / f"{path.stem}.mp4"
@@ -177,7 +204,10 @@ class VideoRecorder:
         self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
         self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
         self.data = mujoco.MjData(self.model)
-        self.renderer = mujoco.Renderer(self.model, height, width)
+        try:
+            self.renderer = mujoco.Renderer(self.model, height, width)
+        except (RuntimeError, AttributeError, mujoco.FatalError) as error:  # no GL context
+            raise gl_error(error) from None
         self.camera = tracking_camera(self.model)
         facts = env.backend.model
         if (facts.nq, facts.nv) != (self.model.nq, self.model.nv):

@@ -26,16 +26,18 @@ from typing import Any, Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fuselab_envs.registry import BACKENDS
+from fuselab_envs.registry import BACKENDS, check_sections
 from fuselab_rl.checkpoint import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_PATTERN,
     checkpoint_name,
     load_checkpoint,
+    remove_stale_temporaries,
     save_atomic,
     versions,
     write_text_atomic,
 )
+from fuselab_rl.stopping import PartnerFailed, StopSignals
 from fuselab_rl.threads import ThreadBudget
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,9 @@ def resolve_device(spec: str) -> torch.device:
 
 
 def validate_config(cfg: DictConfig) -> None:
-    """The run keys, before anything is built: name the key, the value and what is accepted."""
+    """The run keys and the task's sections, before anything is built: name the key, the value
+    and what is accepted (the terms' parameters are checked when the env resolves its plan;
+    the algorithm checks its own keys before it builds anything)."""
 
     def positive_int(key: str, minimum: int) -> None:
         value = OmegaConf.select(cfg, key)
@@ -143,6 +147,7 @@ def validate_config(cfg: DictConfig) -> None:
         raise ValueError(
             f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {cfg.algo.name!r}"
         )
+    check_sections(cfg)  # the task's own sections (env, commands, ...)
 
 
 @dataclass
@@ -158,12 +163,17 @@ class TrainingHandle:
     env_steps: int = 0
     wall_s: float = 0.0  # training time of the run so far, earlier sessions included
     last_metrics: dict[str, float] = field(default_factory=dict)
+    last_checkpoint: Path | None = None  # the newest checkpoint on disk
+    saved_iteration: int = -1  # the iteration of last_checkpoint
+    stop_signal: int | None = None  # the signal that stopped the last ``train``, if one did
     _writer: Any = None
-    _saved_iteration: int = -1
 
     def train(self, iterations: int | None = None) -> dict[str, float]:
         """Run ``iterations`` more iterations (default ``max_iterations``); checkpoint every
-        ``save_interval`` and at the end (also when interrupted with Ctrl-C)."""
+        ``save_interval`` and at the end. A SIGINT or SIGTERM ends the run after the iteration
+        it is in, saved, and ``stop_signal`` names it (further signals wait for the save; see
+        :mod:`fuselab_rl.stopping`). A dead partner process (:class:`PartnerFailed`) is raised
+        once what the trainer holds is saved."""
         from tqdm import tqdm
         from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -173,29 +183,33 @@ class TrainingHandle:
         log.info("train: iterations %d..%d in %s", first, last, self.run_dir)
         started = time.perf_counter() - self.wall_s
         bar = tqdm(total=count, desc="train", unit="it", disable=not self.cfg.progress, leave=False)
-        try:
-            with logging_redirect_tqdm():
-                while self.iteration < last:
-                    metrics = self.trainer.iterate()
-                    self.iteration += 1
-                    self.env_steps += int(metrics.get("Perf/env_steps", 0))
-                    self.wall_s = time.perf_counter() - started
-                    self.last_metrics = metrics
-                    self._log(metrics, last)
-                    bar.update(1)
-                    if self.iteration % self.cfg.save_interval == 0:
-                        self.save()
-        except KeyboardInterrupt:
-            log.warning("interrupted at iteration %d: saving", self.iteration)
-            self.save()
-            raise
-        finally:
-            bar.close()
-        if self._saved_iteration != self.iteration:
-            self.save()
+        with StopSignals() as stop:
+            try:
+                with logging_redirect_tqdm():
+                    while self.iteration < last and stop.received is None:
+                        metrics = self.trainer.iterate()
+                        self.iteration += 1
+                        self.env_steps += int(metrics.get("Perf/env_steps", 0))
+                        self.wall_s = time.perf_counter() - started
+                        self.last_metrics = metrics
+                        self._log(metrics, last)
+                        bar.update(1)
+                        if self.iteration % self.cfg.save_interval == 0:
+                            self.save()
+            except PartnerFailed:
+                self._save_unsaved()
+                raise
+            finally:
+                bar.close()
+            self._save_unsaved()
+        self.stop_signal = stop.received
         if self.cfg.get("plot", False):
             self.plot()
         return self.last_metrics
+
+    def _save_unsaved(self) -> None:
+        if self.saved_iteration != self.iteration:
+            self.save()
 
     def save(self) -> Path:
         """Checkpoint (atomically) and, with ``export_onnx``, policy.onnx beside it."""
@@ -213,13 +227,19 @@ class TrainingHandle:
             "versions": versions(),
         }
         save_atomic(state, path)
-        self._saved_iteration = self.iteration
+        self.saved_iteration, self.last_checkpoint = self.iteration, path
         if self._writer is not None:
             self._writer.flush()
         log.info("save %s: %.1f ms", path, (time.perf_counter() - started) * 1e3)
         if self.cfg.export_onnx:
             self.export()
         return path
+
+    def saved_note(self) -> str:
+        """What the run leaves on disk: its newest checkpoint, if it has one."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was saved"
+        return f"checkpoint of iteration {self.saved_iteration} saved: {self.last_checkpoint}"
 
     def export(self) -> Path:
         from fuselab_rl.export import export_onnx
@@ -321,6 +341,9 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
     log.info("trainer %s ready: %.1f ms", cfg.algo.name, _ms(stage))
     # Only now, with every value checked by the env and the algorithm: a config that fails
     # leaves no run directory behind.
+    stale = remove_stale_temporaries(run_dir)
+    if stale:
+        log.warning("run dir %s: removed %s (left by a run killed while saving)", run_dir, stale)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_text_atomic(run_dir / "versions.json", json.dumps(versions(), indent=2) + "\n")
@@ -375,7 +398,8 @@ def _restore(handle: TrainingHandle, checkpoint: Mapping[str, Any]) -> None:
     except BaseException:
         handle.trainer.close()
         raise
-    handle.iteration = handle._saved_iteration = int(checkpoint["iteration"])
+    handle.iteration = handle.saved_iteration = int(checkpoint["iteration"])
+    handle.last_checkpoint = Path(checkpoint["path"])
     handle.env_steps = int(checkpoint["env_steps"])
     handle.wall_s = float(checkpoint["wall_s"])
     _truncate_metrics(handle.run_dir / METRICS_FILE, handle.iteration)

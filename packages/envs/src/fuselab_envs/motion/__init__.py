@@ -5,9 +5,24 @@ embedded default clip (procedural, see :mod:`fuselab_envs.motion.synth`). The ``
 command inspects clips, converts retargeted CSV files and writes the procedural clip.
 """
 
+import importlib
+from typing import Any
+
 from fuselab_envs.motion.clip import DEFAULT_MOTION_PATH, MotionClip, MotionFileError, load_motion
-from fuselab_envs.motion.convert import convert_csv, write_motion_csv
-from fuselab_envs.motion.synth import synth_clip
+
+# The converters build MuJoCo models: they (and mujoco) load only when used, so importing the
+# task registry stays light and loads no OpenGL backend (mujoco loads MUJOCO_GL's on import).
+_LAZY = {
+    "convert_csv": "fuselab_envs.motion.convert",
+    "write_motion_csv": "fuselab_envs.motion.convert",
+    "synth_clip": "fuselab_envs.motion.synth",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_MOTION_PATH",
