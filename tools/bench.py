@@ -5,9 +5,11 @@
 Suites: core (env_core: fused kernel vs NumPy runtime, tuning rebuilds, runtime-slot price,
 disk-cache start-up, thread scaling), backends (body copy, physics threads and overhead, MuJoCo
 Warp, step time vs N), walk and tracking (the G1 tasks: full step, non-physics share, fused vs
-NumPy update_state), training (PPO collector vs the env alone) and fastsac (asynchronous
-pipeline efficiency). Protocol: warmup 10, then 3 repeats of 100 interleaved calls; median per
-repeat, median of repeats. Prints a table and writes JSON (schema checked before writing).
+NumPy update_state), training (PPO collector vs the env alone), fastsac (asynchronous
+pipeline efficiency) and distributed (PPO as 2 torchrun ranks x 1 core vs 1 rank x 2 cores,
+one run after the other: the only suite not in one process). Protocol: warmup 10, then 3
+repeats of 100 interleaved calls; median per repeat, median of repeats. Prints a table and
+writes JSON (schema checked before writing).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import numba
 import numpy as np
 from bench_backends import backends_rows, bench_backends
+from bench_distributed import bench_distributed, distributed_rows
 from bench_fastsac import bench_fastsac, fastsac_rows
 from bench_protocol import time_side_by_side
 from bench_tracking import bench_tracking, tracking_rows
@@ -206,6 +209,7 @@ SUITES = {
     "tracking": (bench_tracking, tracking_rows),
     "training": (bench_training, training_rows),
     "fastsac": (bench_fastsac, fastsac_rows),
+    "distributed": (bench_distributed, distributed_rows),
 }
 
 

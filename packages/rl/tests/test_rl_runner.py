@@ -181,7 +181,7 @@ def test_run_keys_are_checked_before_anything_is_built(monkeypatch, tmp_path):
         ("backend=bullet", r"backend: expected one of mujoco, mjwarp, motrix, got 'bullet'"),
         ("algo.name=a2c", r"algo.name: expected one of ppo, fastsac, got 'a2c'"),
         ("device=tpu", r"device: expected auto, cpu, cuda or cuda:N, got 'tpu'"),
-        ("threads=0", r"threads: expected null \(every core\) or an int in 1\.\."),
+        ("threads=0", r"threads: expected null \(every core this process may use\) or an int"),
         ("num_threads=2", r"num_threads: 2 conflicts with the thread budget \(1\); set threads=2"),
     ):
         with pytest.raises(ValueError, match=message):
@@ -194,9 +194,13 @@ def test_thread_budget_gives_every_pool_the_budget():
     assert budget.total == budget.physics == budget.kernel == budget.torch == available_cores()
     assert ThreadBudget.resolve(1).torch == 1
     with pytest.raises(
-        ValueError, match=r"threads: expected null \(every core\) or an int in 1\.\.\d+, got 'two'"
+        ValueError, match=r"threads: expected null \(every core this process may use\) or an int"
     ):
         ThreadBudget.resolve("two")  # type: ignore[arg-type]
+    cores = available_cores()
+    assert ThreadBudget.resolve(None, processes=cores).total == 1  # torchrun: each rank a share
+    with pytest.raises(ValueError, match=rf"torchrun: {cores + 1} ranks on a machine with {cores}"):
+        ThreadBudget.resolve(None, processes=cores + 1)
 
 
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])

@@ -24,6 +24,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from fuselab_rl.distributed import Ranks
 from fuselab_rl.stopping import PartnerFailed
 
 log = logging.getLogger(__name__)
@@ -34,10 +35,13 @@ EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def configure_logging() -> None:
-    """INFO lines with milliseconds on stderr (what every start-up stage reports)."""
+    """INFO lines with milliseconds on stderr (what every start-up stage reports). Under
+    torchrun each line names its rank, and ranks other than 0 report warnings only."""
+    ranks = Ranks.from_environment()
+    prefix = f"[rank {ranks.rank}] " if ranks.world_size > 1 else ""
     logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s.%(msecs)03d %(levelname).1s %(name)s: %(message)s",
+        level=logging.INFO if ranks.is_main else logging.WARNING,
+        format=f"%(asctime)s.%(msecs)03d %(levelname).1s {prefix}%(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from fuselab_rl import distributed
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "elu": nn.ELU,
     "relu": nn.ReLU,
@@ -70,13 +72,18 @@ class EmpiricalNormalization(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        batch = x.shape[0]
-        if batch == 0:
+        """Merge the statistics of the batch ``x`` (under torchrun: of every rank's batch, so
+        every rank keeps the same statistics)."""
+        if distributed.world_size() > 1:  # every rank takes part, even with an empty batch
+            batch_n, batch_mean, batch_var = _merged_over_ranks(x)
+        elif x.shape[0] > 0:
+            batch_n, batch_mean, batch_var = x.shape[0], x.mean(dim=0), x.var(dim=0, unbiased=False)
+        else:
             return
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
-        total = self.count + batch
-        weight = (batch / total).to(x.dtype)
+        if batch_n == 0:
+            return
+        total = self.count + batch_n
+        weight = (batch_n / total).to(x.dtype)
         delta = batch_mean - self.mean
         self.mean += delta * weight
         # Merged sum of squared deviations, divided by the new count.
@@ -84,6 +91,20 @@ class EmpiricalNormalization(nn.Module):
             batch_var * weight + delta.square() * weight * (1 - weight)
         )
         self.count.copy_(total)
+
+
+def _merged_over_ranks(x: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
+    """(count, mean, population variance) of the union of every rank's batch ``x``."""
+    x64 = x.to(torch.float64)
+    sums = [torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)]
+    sums += [x64.sum(dim=0), x64.square().sum(dim=0)]
+    distributed.sum_over_ranks(sums)
+    n = int(sums[0].item())
+    if n == 0:
+        return 0, x.new_zeros(x.shape[1]), x.new_zeros(x.shape[1])
+    mean = sums[1] / n
+    var = (sums[2] / n - mean.square()).clamp_min(0.0)
+    return n, mean.to(x.dtype), var.to(x.dtype)
 
 
 class Policy(nn.Module):

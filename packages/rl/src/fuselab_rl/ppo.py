@@ -36,6 +36,7 @@ from fuselab_env_core.ranges import (
     build_section,
     check_section,
 )
+from fuselab_rl import distributed
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.networks import ActorCritic
 from fuselab_rl.storage import RolloutStorage
@@ -140,6 +141,7 @@ class PPO:
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         cfg = self.cfg
         sums = dict.fromkeys(("surrogate", "value", "entropy", "kl", "clip_fraction", "lr"), 0.0)
+        allreduce_s = 0.0  # under torchrun: the time spent averaging over the ranks
         batches = 0
         for batch in storage.mini_batches(cfg.num_mini_batches, cfg.num_learning_epochs, generator):
             dist = self.policy.distribution(batch.actor_obs)
@@ -149,8 +151,11 @@ class PPO:
 
             with torch.no_grad():
                 kl = _gaussian_kl(batch.old_mean, batch.old_std, dist.mean, dist.stddev).mean()
-            if cfg.schedule == "adaptive":
-                self._adapt_learning_rate(kl.item())
+            if cfg.schedule == "adaptive":  # every rank reads the mean KL: one learning rate
+                started = time.perf_counter()
+                mean_kl = distributed.average(kl.item(), kl.device)
+                allreduce_s += time.perf_counter() - started
+                self._adapt_learning_rate(mean_kl)
             sums["lr"] += self.learning_rate
 
             ratio = torch.exp(log_probs - batch.old_log_probs)
@@ -173,6 +178,9 @@ class PPO:
             loss = surrogate_loss + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            started = time.perf_counter()
+            distributed.average_gradients(self.policy.parameters())
+            allreduce_s += time.perf_counter() - started
             nn.utils.clip_grad_norm_(self.policy.parameters(), cfg.max_grad_norm)
             self.optimizer.step()
 
@@ -195,6 +203,7 @@ class PPO:
             "Policy/learning_rate": self.learning_rate,
             "Policy/learning_rate_mean": means["lr"],
             "Policy/noise_std": self.policy.log_std.detach().exp().mean().item(),
+            "Perf/allreduce_s": allreduce_s,
         }
 
     def _adapt_learning_rate(self, kl: float) -> None:
@@ -265,6 +274,7 @@ class PPOTrainer:
             else torch.Generator(device=device).manual_seed(cfg.seed)
         )
         self.policy = ActorCritic(actor_dim, critic_dim, self.action_dim, **network).to(device)
+        distributed.broadcast_state(self.policy)  # every rank starts from rank 0's weights
         self.ppo = PPO(self.policy, self.algo)
         self.storage = RolloutStorage(
             self.algo.num_steps_per_env,

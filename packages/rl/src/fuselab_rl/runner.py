@@ -27,6 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_envs.registry import BACKENDS, check_sections
+from fuselab_rl import distributed
 from fuselab_rl.checkpoint import (
     CHECKPOINT_FORMAT,
     CHECKPOINT_PATTERN,
@@ -37,6 +38,7 @@ from fuselab_rl.checkpoint import (
     versions,
     write_text_atomic,
 )
+from fuselab_rl.distributed import SINGLE, Ranks
 from fuselab_rl.stopping import PartnerFailed, StopSignals
 from fuselab_rl.threads import ThreadBudget
 
@@ -114,7 +116,15 @@ def algorithm(name: str) -> Algorithm:
     return getattr(importlib.import_module(module), attribute)
 
 
-def resolve_device(spec: str) -> torch.device:
+def resolve_device(spec: str, ranks: Ranks = SINGLE) -> torch.device:
+    """The learner's device; under torchrun, CUDA means the GPU of the local rank."""
+    device = _device(spec)
+    if device.type == "cuda" and ranks.world_size > 1 and device.index is None:
+        return torch.device("cuda", ranks.local_rank)
+    return device
+
+
+def _device(spec: str) -> torch.device:
     if spec == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -128,7 +138,7 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
-def validate_config(cfg: DictConfig) -> None:
+def validate_config(cfg: DictConfig, ranks: Ranks = SINGLE) -> None:
     """The run keys and the task's sections, before anything is built: name the key, the value
     and what is accepted (the terms' parameters are checked when the env resolves its plan;
     the algorithm checks its own keys before it builds anything)."""
@@ -146,6 +156,11 @@ def validate_config(cfg: DictConfig) -> None:
     if cfg.algo.name not in ALGORITHMS:
         raise ValueError(
             f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {cfg.algo.name!r}"
+        )
+    if ranks.world_size > 1 and cfg.algo.name != "ppo":
+        raise ValueError(
+            f"algo.name: {cfg.algo.name} does not run under torchrun yet ({ranks.world_size} "
+            f"ranks); algo=ppo does"
         )
     check_sections(cfg)  # the task's own sections (env, commands, ...)
 
@@ -166,6 +181,7 @@ class TrainingHandle:
     last_checkpoint: Path | None = None  # the newest checkpoint on disk
     saved_iteration: int = -1  # the iteration of last_checkpoint
     stop_signal: int | None = None  # the signal that stopped the last ``train``, if one did
+    ranks: Ranks = SINGLE  # under torchrun, rank 0 alone writes the run directory
     _writer: Any = None
 
     def train(self, iterations: int | None = None) -> dict[str, float]:
@@ -183,10 +199,11 @@ class TrainingHandle:
         log.info("train: iterations %d..%d in %s", first, last, self.run_dir)
         started = time.perf_counter() - self.wall_s
         bar = tqdm(total=count, desc="train", unit="it", disable=not self.cfg.progress, leave=False)
+        stopping = False
         with StopSignals() as stop:
             try:
                 with logging_redirect_tqdm():
-                    while self.iteration < last and stop.received is None:
+                    while self.iteration < last and not stopping:
                         metrics = self.trainer.iterate()
                         self.iteration += 1
                         self.env_steps += int(metrics.get("Perf/env_steps", 0))
@@ -196,6 +213,8 @@ class TrainingHandle:
                         bar.update(1)
                         if self.iteration % self.cfg.save_interval == 0:
                             self.save()
+                        # every rank stops after the same iteration (a signal may reach one)
+                        stopping = distributed.any_rank(stop.received is not None, self.device)
             except PartnerFailed:
                 self._save_unsaved()
                 raise
@@ -203,7 +222,7 @@ class TrainingHandle:
                 bar.close()
             self._save_unsaved()
         self.stop_signal = stop.received
-        if self.cfg.get("plot", False):
+        if self.cfg.get("plot", False) and self.ranks.is_main:
             self.plot()
         return self.last_metrics
 
@@ -211,8 +230,12 @@ class TrainingHandle:
         if self.saved_iteration != self.iteration:
             self.save()
 
-    def save(self) -> Path:
-        """Checkpoint (atomically) and, with ``export_onnx``, policy.onnx beside it."""
+    def save(self) -> Path | None:
+        """Checkpoint (atomically) and, with ``export_onnx``, policy.onnx beside it (rank 0;
+        the other ranks hold the same parameters and save nothing)."""
+        if not self.ranks.is_main:
+            self.saved_iteration = self.iteration
+            return None
         started = time.perf_counter()
         path = self.run_dir / checkpoint_name(self.iteration)
         state = {
@@ -237,6 +260,8 @@ class TrainingHandle:
 
     def saved_note(self) -> str:
         """What the run leaves on disk: its newest checkpoint, if it has one."""
+        if not self.ranks.is_main:
+            return f"rank 0 saves the checkpoints in {self.run_dir}"
         if self.last_checkpoint is None:
             return "no checkpoint was saved"
         return f"checkpoint of iteration {self.saved_iteration} saved: {self.last_checkpoint}"
@@ -262,6 +287,7 @@ class TrainingHandle:
             self._writer.close()
             self._writer = None
         self.trainer.close()
+        distributed.leave()
 
     def __enter__(self) -> TrainingHandle:
         return self
@@ -272,6 +298,8 @@ class TrainingHandle:
     # -- logging ---------------------------------------------------------------------------------
 
     def _log(self, metrics: Mapping[str, float], last: int) -> None:
+        if not self.ranks.is_main:
+            return
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -315,10 +343,12 @@ def console_line(iteration: int, last: int, wall_s: float, m: Mapping[str, float
 
 def create_training_handle(cfg: DictConfig) -> TrainingHandle:
     """Validate ``cfg``, resolve device, threads and run directory, build the trainer (and its
-    env), and restore ``resume`` if set. Every stage logs its milliseconds."""
+    env), and restore ``resume`` if set. Every stage logs its milliseconds. Under torchrun
+    (see :mod:`fuselab_rl.distributed`) this process joins its ranks first."""
     cfg = copy.deepcopy(cfg)
     started = time.perf_counter()
-    validate_config(cfg)
+    ranks = Ranks.from_environment()
+    validate_config(cfg, ranks)
     factory = algorithm(cfg.algo.name)
     log.info(
         "config: task %s, algo %s, %d envs on %s (%.1f ms)",
@@ -331,30 +361,62 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
     checkpoint = _load_resume(cfg)
 
     stage = time.perf_counter()
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, ranks)
     log.info("device: %s (%.1f ms)", device, _ms(stage))
-    threads = _resolve_threads(cfg)
+    distributed.join(ranks, device)
+    try:
+        handle = _build(cfg, ranks, device, factory, checkpoint)
+    except BaseException:
+        distributed.leave()
+        raise
+    log.info("start-up: %.1f ms", _ms(started))
+    return handle
 
-    run_dir = _run_dir(cfg, checkpoint)
+
+def _build(
+    cfg: DictConfig,
+    ranks: Ranks,
+    device: torch.device,
+    factory: Algorithm,
+    checkpoint: dict[str, Any] | None,
+) -> TrainingHandle:
+    """Threads, run directory, trainer and restore, once this process has joined its ranks."""
+    distributed.check_same_config(_flat(OmegaConf.to_container(cfg, resolve=True)))
+    threads = _resolve_threads(cfg, ranks)
+    run_dir = Path(distributed.broadcast_object(str(_run_dir(cfg, checkpoint))))
+    cfg.run_dir = str(run_dir)  # rank 0's (its time stamp)
+    cfg.seed = cfg.seed + ranks.rank  # each rank its own episodes; rank 0's seed is saved
     stage = time.perf_counter()
     trainer = factory(cfg, device, threads, run_dir)
     log.info("trainer %s ready: %.1f ms", cfg.algo.name, _ms(stage))
-    # Only now, with every value checked by the env and the algorithm: a config that fails
-    # leaves no run directory behind.
-    stale = remove_stale_temporaries(run_dir)
-    if stale:
-        log.warning("run dir %s: removed %s (left by a run killed while saving)", run_dir, stale)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-    write_text_atomic(run_dir / "versions.json", json.dumps(versions(), indent=2) + "\n")
-    log.info("run dir: %s", run_dir)
+    if ranks.is_main:
+        # Only now, with every value checked by the env and the algorithm: a config that fails
+        # leaves no run directory behind.
+        stale = remove_stale_temporaries(run_dir)
+        if stale:
+            log.warning(
+                "run dir %s: removed %s (left by a run killed while saving)", run_dir, stale
+            )
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(run_dir / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+        write_text_atomic(run_dir / "versions.json", json.dumps(versions(), indent=2) + "\n")
+        log.info("run dir: %s", run_dir)
     handle = TrainingHandle(
-        cfg=cfg, trainer=trainer, run_dir=run_dir, device=device, threads=threads
+        cfg=cfg, trainer=trainer, run_dir=run_dir, device=device, threads=threads, ranks=ranks
     )
     if checkpoint is not None:
         _restore(handle, checkpoint)
-    log.info("start-up: %.1f ms", _ms(started))
     return handle
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A config as {dotted key: leaf value}."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return flat
 
 
 def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
@@ -376,9 +438,10 @@ def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
     return checkpoint
 
 
-def _resolve_threads(cfg: DictConfig) -> ThreadBudget:
-    """The thread budget of ``threads``, applied to torch; the env's ``num_threads`` follows."""
-    threads = ThreadBudget.resolve(cfg.threads)
+def _resolve_threads(cfg: DictConfig, ranks: Ranks) -> ThreadBudget:
+    """The thread budget of ``threads`` (this rank's share of the cores under torchrun),
+    applied to torch; the env's ``num_threads`` follows."""
+    threads = ThreadBudget.resolve(cfg.threads, processes=ranks.local_world_size)
     if cfg.num_threads is not None and cfg.num_threads != threads.physics:
         raise ValueError(
             f"num_threads: {cfg.num_threads} conflicts with the thread budget "
@@ -402,7 +465,8 @@ def _restore(handle: TrainingHandle, checkpoint: Mapping[str, Any]) -> None:
     handle.last_checkpoint = Path(checkpoint["path"])
     handle.env_steps = int(checkpoint["env_steps"])
     handle.wall_s = float(checkpoint["wall_s"])
-    _truncate_metrics(handle.run_dir / METRICS_FILE, handle.iteration)
+    if handle.ranks.is_main:
+        _truncate_metrics(handle.run_dir / METRICS_FILE, handle.iteration)
     log.info(
         "resumed at iteration %d (%d env steps): %.1f ms",
         handle.iteration,

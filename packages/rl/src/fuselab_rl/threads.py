@@ -28,13 +28,22 @@ class ThreadBudget:
     torch: int  # torch's intra-op threads
 
     @classmethod
-    def resolve(cls, threads: int | None) -> ThreadBudget:
+    def resolve(cls, threads: int | None, processes: int = 1) -> ThreadBudget:
+        """The budget of ``threads`` (None: this process's share of the cores when
+        ``processes`` ranks share the machine)."""
         cores = available_cores()
-        if threads is None:
-            threads = cores
-        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cores:
+        if processes > cores:
             raise ValueError(
-                f"threads: expected null (every core) or an int in 1..{cores}, got {threads!r}"
+                f"torchrun: {processes} ranks on a machine with {cores} cores; give "
+                f"--nproc-per-node at most {cores}"
+            )
+        share = cores // processes
+        if threads is None:
+            threads = share
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= share:
+            raise ValueError(
+                f"threads: expected null (every core this process may use) or an int in "
+                f"1..{share}, got {threads!r}"
             )
         return cls(total=threads, physics=threads, kernel=threads, torch=threads)
 
