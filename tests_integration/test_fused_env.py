@@ -27,7 +27,7 @@ def joint_speed_exp(i, joint_vel):
     return math.exp(abs(joint_vel[i, 0]))
 
 
-@observation(size=1, name="walker_joint_speed_exp")
+@observation(size=1, name="walker_joint_speed_exp_obs")
 def joint_speed_exp_obs(i, out, col, joint_vel):
     """exp of the first joint's speed: overflows to inf past ~89 rad/s (float32)."""
     out[i, col] = math.exp(abs(joint_vel[i, 0]))
@@ -190,7 +190,7 @@ def test_a_row_whose_observation_overflows_ends_as_a_failure_and_observes_again_
     """Extreme but finite state (a joint at 300 rad/s): an observation term overflows to inf in
     that row only; the row fails, earns 0, is reported, its terminal observation is finite, and
     it is reset alone and observes a finite start."""
-    speed = {"speed": {"term": "walker_joint_speed_exp"}}
+    speed = {"speed": {"term": "walker_joint_speed_exp_obs"}}
     env = WalkerStand(episode_length_s=10.0, min_height_m=0.0, extra_observations=speed)
     actions = np.zeros((N, 6), np.float32)
     env.step(actions)
