@@ -167,17 +167,23 @@ def test_a_diverged_env_ends_as_a_failure_that_earns_nothing_and_is_reset_alone(
     assert list(env.step(actions).info["non_finite_states"]) == []
 
 
+def _step_with_a_spinning_joint(env, row, actions):
+    """One step, then ``row``'s first hinge joint set spinning at 300 rad/s (extreme but
+    finite), then the step that sees it."""
+    env.step(actions)
+    qvel = np.zeros((1, env.model.nv), np.float32)
+    qvel[0, 6] = 300.0  # the first hinge joint
+    env.backend.reset_envs(np.array([row]), env.model.qpos0[None].astype(np.float32), qvel)
+    return env.step(actions)
+
+
 def test_a_row_whose_reward_overflows_ends_as_a_failure_that_earns_nothing():
     """Extreme but finite state (a joint at 300 rad/s): the reward term overflows to inf in
     that row only; the row fails, earns 0, is reported and reset alone."""
     speed = {"speed": {"term": "walker_joint_speed_exp", "weight": 1e-3}}
     env = WalkerStand(episode_length_s=10.0, min_height_m=0.0, extra_rewards=speed)
     actions = np.zeros((N, 6), np.float32)
-    env.step(actions)
-    qvel = np.zeros((1, env.model.nv), np.float32)
-    qvel[0, 6] = 300.0  # the first hinge joint
-    env.backend.reset_envs(np.array([2]), env.model.qpos0[None].astype(np.float32), qvel)
-    result = env.step(actions)
+    result = _step_with_a_spinning_joint(env, row=2, actions=actions)
     assert list(result.info["non_finite_rewards"]) == [2]
     assert list(result.info["non_finite_states"]) == []
     assert result.terminated[2] and not np.delete(result.terminated, 2).any()
@@ -193,11 +199,7 @@ def test_a_row_whose_observation_overflows_ends_as_a_failure_and_observes_again_
     speed = {"speed": {"term": "walker_joint_speed_exp_obs"}}
     env = WalkerStand(episode_length_s=10.0, min_height_m=0.0, extra_observations=speed)
     actions = np.zeros((N, 6), np.float32)
-    env.step(actions)
-    qvel = np.zeros((1, env.model.nv), np.float32)
-    qvel[0, 6] = 300.0  # the first hinge joint
-    env.backend.reset_envs(np.array([4]), env.model.qpos0[None].astype(np.float32), qvel)
-    result = env.step(actions)
+    result = _step_with_a_spinning_joint(env, row=4, actions=actions)
     assert list(result.info["non_finite_observations"]) == [4]
     assert list(result.info["non_finite_states"]) == list(result.info["non_finite_rewards"]) == []
     assert result.terminated[4] and not np.delete(result.terminated, 4).any()

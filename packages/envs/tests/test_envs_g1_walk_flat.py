@@ -166,3 +166,28 @@ def test_a_task_value_out_of_its_range_is_named_before_anything_is_built(
     monkeypatch.setattr(registry, "make_backend", no_backend)
     with pytest.raises(ValueError, match=message):
         registry.make_env(fuselab_envs.compose("g1_walk_flat", [override]))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            '"left_knee_joint"',
+            '"left_knee_jnt"',
+            r"robot: G1WalkFlat needs the G1's joints by name; the model has no joint "
+            r"'left_knee_joint'; did you mean 'left_knee_jnt'\? \(1 of 29 missing",
+        ),
+        (
+            '<general name="left_knee"',
+            '<general name="knee_l"',
+            r"joint 3 is 'left_knee_joint', so actuator 3 must be 'left_knee', found 'knee_l'",
+        ),
+    ],
+)
+def test_a_user_mjcf_that_breaks_the_g1_naming_rule_is_named(tmp_path, old, new, message):
+    from fuselab_envs.g1 import G1_XML_PATH
+
+    mjcf = tmp_path / "g1_renamed.xml"
+    mjcf.write_text(G1_XML_PATH.read_text().replace(old, new))
+    with pytest.raises(ValueError, match=message):
+        fuselab_envs.make("g1_walk_flat", num_envs=2, **{"robot.mjcf": str(mjcf)})

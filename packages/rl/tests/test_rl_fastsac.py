@@ -150,6 +150,9 @@ def test_config_errors_name_the_key_and_the_accepted_values():
         ("num_atoms=1", r"algo.num_atoms: expected >= 2, got 1"),
         ("v_min=10.0", r"algo.v_min, algo.v_max: expected v_min < v_max, got 10.0, 10.0"),
         ("log_std_min=3.0", r"algo.log_std_min, algo.log_std_max: expected log_std_min <"),
+        ("gamma=1.5", r"algo.gamma: expected > 0 and <= 1, got 1.5"),
+        ("critic_lr=0", r"algo.critic_lr: expected > 0, got 0"),
+        ("weight_decay=-0.1", r"algo.weight_decay: expected >= 0, got -0.1"),
     ):
         with pytest.raises(ValueError, match=message):
             FastSACConfig.from_cfg(helpers.compose(algo=(override,)).algo)

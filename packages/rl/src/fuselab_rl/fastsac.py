@@ -132,10 +132,19 @@ class FastSACConfig:
             "n_step": self.n_step,
             "num_atoms": self.num_atoms,
             "collector.publish_interval": self.publish_interval,
+            "actor_lr": self.actor_lr,
+            "critic_lr": self.critic_lr,
+            "alpha_lr": self.alpha_lr,
         }
         for name, value in positive.items():
             if not value > 0:
                 raise ValueError(f"algo.{name}: expected > 0, got {value!r}")
+        non_negative = {"weight_decay": self.weight_decay, "max_grad_norm": self.max_grad_norm}
+        for name, value in non_negative.items():
+            if not value >= 0:
+                raise ValueError(f"algo.{name}: expected >= 0, got {value!r}")
+        if not 0.0 < self.gamma <= 1.0:
+            raise ValueError(f"algo.gamma: expected > 0 and <= 1, got {self.gamma!r}")
         if self.learning_starts < 0:
             raise ValueError(f"algo.learning_starts: expected >= 0, got {self.learning_starts!r}")
         if self.ring_slots < 2:

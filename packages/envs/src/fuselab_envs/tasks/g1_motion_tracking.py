@@ -39,7 +39,7 @@ from fuselab_env_core.ranges import (
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
 from fuselab_envs.g1 import ACTION_SCALE
 from fuselab_envs.motion import MotionClip
-from fuselab_envs.tasks.g1_common import g1_task_arrays, joint_array
+from fuselab_envs.tasks.g1_common import check_g1_robot, g1_task_arrays, joint_array
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class G1MotionTracking(FusedEnv):
         seed: int = 0,
     ):
         facts, n = backend.model, backend.num_envs
+        check_g1_robot(facts, "G1MotionTracking")
         self.facts = facts
         self.sampling = check_section(sampling or SamplingCfg(), "sampling")
         self.reset_noise = check_section(reset_noise or ResetNoiseCfg(), "reset_noise")

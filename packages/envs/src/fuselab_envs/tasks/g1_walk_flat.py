@@ -29,7 +29,7 @@ from fuselab_env_core.ranges import (
     check_section,
 )
 from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
-from fuselab_envs.tasks.g1_common import g1_task_arrays, joint_array
+from fuselab_envs.tasks.g1_common import check_g1_robot, g1_task_arrays, joint_array
 
 log = logging.getLogger(__name__)
 
@@ -113,10 +113,7 @@ class G1WalkFlat(FusedEnv):
         seed: int = 0,
     ):
         facts, n = backend.model, backend.num_envs
-        if tuple(a + "_joint" for a in facts.actuator_names) != facts.joint_names:
-            raise ValueError(
-                "robot: G1WalkFlat expects one position actuator per joint, in joint order"
-            )
+        check_g1_robot(facts, "G1WalkFlat")
         self.commands = check_section(commands or CommandCfg(), "commands")
         self.events = check_section(events or EventCfg(), "events")
         self.facts = facts
