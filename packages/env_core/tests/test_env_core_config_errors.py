@@ -189,3 +189,18 @@ def test_a_range_declared_on_a_non_number_is_refused_when_the_term_is_registered
         @reward(name="badly_ranged")
         def badly_ranged(i, vel, name: Annotated[str, Range(gt=0)] = "x"):
             return 0.0
+
+
+def test_declared_types_check_and_convert_values_naming_the_key():
+    from fuselab_env_core.ranges import Fraction, Interval, LayerSizes, PositiveFloat, check_value
+
+    assert check_value("k", [64, 32], LayerSizes) == (64, 32)
+    for value in ([], [0], "64", [1.5]):
+        with pytest.raises(ValueError, match=r"^k: expected a non-empty list, each (an int )?>= 1"):
+            check_value("k", value, LayerSizes)
+    assert check_value("k", [-1, 1], Interval) == (-1.0, 1.0)
+    assert check_value("k", None, PositiveFloat | None) is None
+    with pytest.raises(ValueError, match=r"^k: expected > 0 or null, got 0$"):
+        check_value("k", 0, PositiveFloat | None)
+    with pytest.raises(ValueError, match=r"^k: expected a finite number >= 0 and <= 1, got nan$"):
+        check_value("k", float("nan"), Fraction)

@@ -111,20 +111,46 @@ def test_config_errors_name_the_key_value_and_accepted_range():
         ActorCritic(2, 2, 1, activation="gelu")
 
 
-def test_an_unknown_policy_key_is_named_before_the_env_is_built(monkeypatch, tmp_path):
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("+algo.policy.hidden_dims=[8]", r"algo.policy: unknown keys \['hidden_dims'\]; accepted:"),
+        ("algo.policy.init_noise_std=-1", r"algo.policy.init_noise_std: expected > 0, got -1"),
+        (
+            "algo.policy.actor_hidden_dims=[64,0]",
+            r"algo.policy.actor_hidden_dims: expected a non-empty list, each >= 1, got \[64, 0\]",
+        ),
+        ("algo.policy.activation=gelu", r"algo.policy.activation: expected one of elu, relu"),
+    ],
+)
+def test_a_bad_policy_key_is_named_before_the_env_is_built(
+    monkeypatch, tmp_path, override, message
+):
     built = use_fake_env(monkeypatch)
-    cfg = compose_config(["task=cartpole", "num_envs=8", "+algo.policy.hidden_dims=[8]"])
-    with pytest.raises(
-        ValueError, match=r"algo.policy: unknown keys \['hidden_dims'\]; accepted: \['actor_hidden"
-    ):
+    cfg = compose_config(["task=cartpole", "num_envs=8", override])
+    with pytest.raises(ValueError, match=message):
         PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
     assert built == []
 
 
-def test_a_network_setting_torch_rejects_closes_the_env_already_built(monkeypatch, tmp_path):
+def test_the_policy_keys_are_actor_critics_keyword_arguments():
+    import inspect
+
+    from fuselab_rl.ppo import POLICY_KEYS
+
+    signature = inspect.signature(ActorCritic).parameters.values()
+    assert list(POLICY_KEYS) == [p.name for p in signature if p.kind == p.KEYWORD_ONLY]
+
+
+def test_a_network_torch_rejects_closes_the_env_already_built(monkeypatch, tmp_path):
     built = use_fake_env(monkeypatch)
-    cfg = compose_config(["task=cartpole", "num_envs=8", "algo.policy.init_noise_std=-1"])
-    with pytest.raises(ValueError, match=r"algo.policy.init_noise_std: expected a positive"):
+
+    def rejected(*args, **kwargs):
+        raise RuntimeError("not enough memory")  # e.g. CUDA out of memory
+
+    monkeypatch.setattr("fuselab_rl.ppo.ActorCritic", rejected)
+    cfg = compose_config(["task=cartpole", "num_envs=8"])
+    with pytest.raises(RuntimeError, match="not enough memory"):
         PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
     assert [env.backend_closed for env in built] == [True]
 

@@ -21,6 +21,7 @@ from fuselab_env_core.plan_key import plan_key
 from fuselab_env_core.ranges import (
     Fraction,
     Interval,
+    LayerSizes,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
@@ -52,6 +53,7 @@ __all__ = [
     "Fraction",
     "FusedTerms",
     "Interval",
+    "LayerSizes",
     "NonNegativeFloat",
     "NumpyTerms",
     "ObservationCfg",

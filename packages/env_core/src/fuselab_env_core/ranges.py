@@ -59,6 +59,7 @@ NonNegativeFloat = Annotated[float, Range(ge=0.0)]  # a threshold, a limit, a ma
 Fraction = Annotated[float, Range(ge=0.0, le=1.0)]  # a probability, a share
 PositiveInt = Annotated[int, Range(ge=1)]  # a count, a number of steps
 Interval = tuple[float, float]  # a sampling range [low, high]: low <= high
+LayerSizes = tuple[PositiveInt, ...]  # a network's hidden widths: a non-empty list
 
 Section = TypeVar("Section")
 
@@ -109,6 +110,9 @@ def _convert(value: Any, annotation: Any) -> tuple[Any, str | None]:
     if origin is Annotated:
         base, rule = typing.get_args(annotation)[:2]
     if typing.get_origin(base) is tuple:
+        element = typing.get_args(base)
+        if len(element) == 2 and element[1] is Ellipsis:  # tuple[X, ...]: a list of X
+            return _sequence(value, element[0])
         if _is_pair(value):
             return (float(value[0]), float(value[1])), None
         return None, "[low, high], numbers with low <= high"
@@ -124,6 +128,17 @@ def _convert(value: Any, annotation: Any) -> tuple[Any, str | None]:
     if isinstance(rule, Range) and not rule.accepts(value):
         return None, rule.describe()
     return value, None
+
+
+def _sequence(value: Any, element: Any) -> tuple[Any, str | None]:
+    """A non-empty list of ``element`` values, converted, as a tuple."""
+    converted = []
+    for item in value if isinstance(value, (list, tuple)) and value else [None]:
+        item, accepted = _convert(item, element)
+        if accepted is not None:
+            return None, f"a non-empty list, each {accepted}"
+        converted.append(item)
+    return tuple(converted), None
 
 
 def _is_pair(value: Any) -> bool:

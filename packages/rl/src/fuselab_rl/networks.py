@@ -139,10 +139,6 @@ class ActorCritic(nn.Module):
         critic_obs_normalization: bool = True,
     ):
         super().__init__()
-        if not init_noise_std > 0:
-            raise ValueError(
-                f"algo.policy.init_noise_std: expected a positive float, got {init_noise_std!r}"
-            )
         self.actor = MLP(actor_obs_dim, actor_hidden_dims, action_dim, activation)
         self.critic = MLP(critic_obs_dim, critic_hidden_dims, 1, activation)
         self.actor_normalizer: nn.Module = (

@@ -14,7 +14,6 @@ normalizers (a resumed run has their statistics from its checkpoint).
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import time
@@ -29,16 +28,18 @@ from torch import nn
 
 from fuselab_env_core.ranges import (
     Fraction,
+    LayerSizes,
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
     Range,
     build_section,
     check_section,
+    check_value,
 )
 from fuselab_rl import distributed
 from fuselab_rl.episode_stats import EpisodeStats
-from fuselab_rl.networks import ActorCritic
+from fuselab_rl.networks import ACTIVATIONS, ActorCritic
 from fuselab_rl.storage import RolloutStorage
 from fuselab_rl.threads import ThreadBudget
 
@@ -77,19 +78,28 @@ class PPOCfg:
         return build_section(cls, own, "algo")
 
 
+POLICY_KEYS = {  # algo.policy: ActorCritic's keyword arguments and what each accepts
+    "actor_hidden_dims": LayerSizes,
+    "critic_hidden_dims": LayerSizes,
+    "activation": Literal[tuple(ACTIVATIONS)],  # pyright: ignore[reportInvalidTypeForm]
+    "init_noise_std": PositiveFloat,
+    "actor_obs_normalization": bool,
+    "critic_obs_normalization": bool,
+}
+
+
 def network_kwargs(algo: DictConfig) -> dict[str, Any]:
-    """``algo.policy``: the keyword arguments of :class:`ActorCritic`."""
+    """``algo.policy``: the keyword arguments of :class:`ActorCritic`, each checked (before
+    the env is built)."""
     values = OmegaConf.to_container(algo.policy, resolve=True)
     assert isinstance(values, dict)
-    accepted = [
-        p.name
-        for p in inspect.signature(ActorCritic).parameters.values()
-        if p.kind == p.KEYWORD_ONLY
-    ]
-    unknown = sorted({str(k) for k in values} - set(accepted))
+    unknown = sorted({str(k) for k in values} - set(POLICY_KEYS))
     if unknown:
-        raise ValueError(f"algo.policy: unknown keys {unknown}; accepted: {accepted}")
-    return {str(key): value for key, value in values.items()}
+        raise ValueError(f"algo.policy: unknown keys {unknown}; accepted: {list(POLICY_KEYS)}")
+    return {
+        str(key): check_value(f"algo.policy.{key}", value, POLICY_KEYS[str(key)])
+        for key, value in values.items()
+    }
 
 
 def compute_gae(
@@ -256,7 +266,7 @@ class PPOTrainer:
         )
         try:
             self._build_learner(obs, network)
-        except BaseException:  # a network setting torch rejects: the env's threads end here too
+        except BaseException:  # a network torch cannot build (memory): the env's threads end too
             self.close()
             raise
 
