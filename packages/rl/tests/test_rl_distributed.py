@@ -1,6 +1,6 @@
-"""Data-parallel PPO on CPU (gloo), two ranks: the same parameters on every rank after every
-update (bitwise), observation statistics merged over both ranks' envs, rank 0 alone writing
-the run, differing configs refused naming the key, and fuselab-train under torchrun."""
+"""Data-parallel PPO and FastSAC on CPU (gloo), two ranks: the same parameters on every rank
+after every update (bitwise), observation statistics merged over both ranks' envs, rank 0 alone
+writing the run, differing configs refused naming the key, and fuselab-train under torchrun."""
 
 from __future__ import annotations
 
@@ -17,12 +17,26 @@ import pytest
 import torch
 from rl_fake_env import SMALL_PPO, use_fake_env
 
-from fuselab_rl.ppo import PPOTrainer
+from fuselab_rl.fastsac import FastSACTrainer
+from fuselab_rl.networks import ActorCritic
+from fuselab_rl.ppo import PPO, PPOCfg, PPOTrainer
 from fuselab_rl.runner import compose_config, create_training_handle
+from fuselab_rl.storage import RolloutStorage
 
 SPAWN = mp.get_context("spawn")
 SCRIPTS = Path(sys.executable).parent
 ITERATIONS = 3
+# FastSAC in this process (the fake env cannot reach a collector process), on 8 envs
+SMALL_FASTSAC = [
+    "algo=fastsac",
+    "algo.mode=sync",
+    "algo.learning_starts=2",
+    "algo.steps_per_iteration=4",
+    "algo.batch_size=16",
+    "algo.per_task.cartpole.actor_hidden_dims=[16,16]",
+    "algo.per_task.cartpole.critic_hidden_dims=[16,16]",
+    "algo.num_atoms=11",
+]
 
 
 def _free_port() -> int:
@@ -31,9 +45,25 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _digest(module: torch.nn.Module) -> str:
-    state = module.state_dict()
+def _digest(trainer: PPOTrainer | FastSACTrainer) -> str:
+    """Of everything a trainer learns: weights, normalizers, target critic, temperature."""
+    if isinstance(trainer, PPOTrainer):
+        state = trainer.policy.state_dict()
+    else:
+        learner = trainer.learner
+        state = {
+            f"{name}.{key}": value
+            for name in ("policy", "critic_normalizer", "critic", "critic_target")
+            for key, value in getattr(learner, name).state_dict().items()
+        }
+        state["log_alpha"] = learner.log_alpha.detach()
     return hashlib.sha256(b"".join(state[k].numpy().tobytes() for k in sorted(state))).hexdigest()
+
+
+def _actor_normalizer(trainer: PPOTrainer | FastSACTrainer) -> torch.nn.Module:
+    if isinstance(trainer, PPOTrainer):
+        return trainer.policy.actor_normalizer
+    return trainer.learner.policy.normalizer
 
 
 def _environment(pid: int) -> dict[str, str]:
@@ -41,9 +71,8 @@ def _environment(pid: int) -> dict[str, str]:
     return dict(item.split("=", 1) for item in items if "=" in item)
 
 
-def _rank(rank: int, port: int, run_dir: str, overrides: list[str], queue) -> None:
-    """One rank, as torchrun would start it: the fake env, ITERATIONS iterations; reports the
-    digest of its policy (weights and normalizers) after each, or the error it raised."""
+def _join(rank: int, port: int) -> None:
+    """The variables torchrun sets for ``rank`` of two on this machine."""
     os.environ |= {
         "RANK": str(rank),
         "WORLD_SIZE": "2",
@@ -52,21 +81,27 @@ def _rank(rank: int, port: int, run_dir: str, overrides: list[str], queue) -> No
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(port),
     }
+
+
+def _rank(rank: int, port: int, run_dir: str, overrides: list[str], queue) -> None:
+    """One rank, as torchrun would start it: the fake env, ITERATIONS iterations; reports the
+    digest of what its trainer learned after each, or the error it raised."""
+    _join(rank, port)
     with pytest.MonkeyPatch.context() as monkeypatch:
-        built = use_fake_env(monkeypatch)
+        # FastSAC's collector reads the fused plan, which the fake env has not: cartpole itself
+        built = [] if "algo=fastsac" in overrides else use_fake_env(monkeypatch)
         cfg = compose_config(
             ["task=cartpole", "num_envs=8", f"run_dir={run_dir}", "progress=false"]
-            + ["export_onnx=false", "plot=false", *SMALL_PPO, *overrides]
+            + ["export_onnx=false", "plot=false", "threads=1", *overrides]
         )
         try:
             with create_training_handle(cfg) as handle:
                 trainer = handle.trainer
-                assert isinstance(trainer, PPOTrainer)
-                digests = [_digest(trainer.policy)]
+                digests = [_digest(trainer)]
                 for _ in range(ITERATIONS):
                     handle.train(1)
-                    digests.append(_digest(trainer.policy))
-                count = float(trainer.policy.actor_normalizer.count)
+                    digests.append(_digest(trainer))
+                count = float(_actor_normalizer(trainer).count)
                 iteration = handle.iteration
         except ValueError as error:
             queue.put((rank, "error", str(error)))
@@ -76,10 +111,12 @@ def _rank(rank: int, port: int, run_dir: str, overrides: list[str], queue) -> No
         queue.put((rank, "ok", report))
 
 
-def _run_ranks(tmp_path: Path, overrides=((), ())) -> dict[int, tuple[str, object]]:
+def _run_ranks(tmp_path: Path, overrides=((), ()), algo=SMALL_PPO) -> dict[int, tuple[str, object]]:
     queue, port = SPAWN.Queue(), _free_port()
     processes = [
-        SPAWN.Process(target=_rank, args=(rank, port, str(tmp_path), list(overrides[rank]), queue))
+        SPAWN.Process(
+            target=_rank, args=(rank, port, str(tmp_path), [*algo, *overrides[rank]], queue)
+        )
         for rank in (0, 1)
     ]
     for process in processes:
@@ -109,6 +146,94 @@ def test_two_ranks_hold_the_same_parameters_after_every_update_and_merge_statist
     assert saved == [f"model_{i}.pt" for i in range(1, ITERATIONS + 1)]
 
 
+STEPS, ENVS, ACTOR_DIM, CRITIC_DIM, ACTIONS = 8, 16, 4, 5, 2
+
+
+def _small_policy() -> ActorCritic:
+    torch.manual_seed(0)
+    return ActorCritic(
+        ACTOR_DIM, CRITIC_DIM, ACTIONS, actor_hidden_dims=(16, 16), critic_hidden_dims=(16, 16)
+    )
+
+
+def _ppo_update_on_a_fixed_rollout(rank: int | None, port: int = 0, queue=None):
+    """PPO's update (normalizers, advantages, 3 epochs of full batches, adaptive rate) on one
+    fixed rollout of ENVS envs: alone on all of them (``rank`` None), or as one of two ranks on
+    its half. Returns (or puts on ``queue``) the parameters after it."""
+    halves = slice(None)
+    if rank is not None:
+        _join(rank, port)
+        torch.distributed.init_process_group("gloo")
+        halves = slice(rank * ENVS // 2, (rank + 1) * ENVS // 2)
+    data = torch.Generator().manual_seed(0)
+
+    def rollout(*shape: int, offset: float = 0.0) -> torch.Tensor:
+        return (torch.randn(STEPS, ENVS, *shape, generator=data) + offset)[:, halves]
+
+    actor_obs, critic_obs = rollout(ACTOR_DIM, offset=3.0), rollout(CRITIC_DIM, offset=-1.0)
+    actions, rewards = rollout(ACTIONS), rollout()
+    dones = (rollout() > 1.3).float()
+    last_critic_obs = rollout(CRITIC_DIM)[-1]
+    policy = _small_policy()
+    policy.update_normalizers(actor_obs.flatten(0, 1), critic_obs.flatten(0, 1))
+    storage = RolloutStorage(STEPS, actions.shape[1], ACTOR_DIM, CRITIC_DIM, ACTIONS, "cpu")
+    with torch.no_grad():
+        for t in range(STEPS):
+            dist = policy.distribution(actor_obs[t])
+            log_probs = dist.log_prob(actions[t]).sum(-1)
+            values = policy.value(critic_obs[t])
+            storage.add(
+                actor_obs[t], critic_obs[t], actions[t], log_probs, values, dist.mean,
+                dist.stddev, rewards[t], dones[t],
+            )  # fmt: skip
+        last_values = policy.value(last_critic_obs)
+    ppo = PPO(policy, PPOCfg(num_mini_batches=1, num_learning_epochs=3))
+    ppo.compute_returns(storage, last_values)
+    ppo.update(storage, torch.Generator().manual_seed(rank or 0))
+    state = {key: value.numpy().copy() for key, value in policy.state_dict().items()}
+    if queue is None:
+        return state
+    queue.put((rank, state))
+    torch.distributed.destroy_process_group()
+
+
+def test_two_ranks_update_ppo_as_one_rank_on_all_their_envs():
+    """Each rank's half of a rollout, gradients and KL averaged, advantages and observation
+    statistics over both halves: the update of one rank stepping every env, to rounding."""
+    queue, port = SPAWN.Queue(), _free_port()
+    processes = [
+        SPAWN.Process(target=_ppo_update_on_a_fixed_rollout, args=(rank, port, queue))
+        for rank in (0, 1)
+    ]
+    for process in processes:
+        process.start()
+    try:
+        ranks = dict(queue.get(timeout=120) for _ in processes)
+    finally:
+        for process in processes:
+            process.join(30)
+            process.kill()
+    alone = _ppo_update_on_a_fixed_rollout(None)
+    initial = _small_policy().state_dict()
+    for key, value in alone.items():
+        assert (ranks[0][key] == ranks[1][key]).all(), key  # bitwise on both ranks
+        torch.testing.assert_close(ranks[0][key], value, rtol=1e-4, atol=1e-5, msg=key)
+    moved = alone["actor.0.weight"] - initial["actor.0.weight"].numpy()
+    assert abs(moved).max() > 1e-3  # the update did move the policy
+
+
+def test_two_fastsac_ranks_hold_the_same_networks_after_every_iteration(tmp_path):
+    results = _run_ranks(tmp_path, algo=SMALL_FASTSAC)
+    (kind_0, zero), (kind_1, one) = results[0], results[1]
+    assert kind_0 == kind_1 == "ok", results
+    assert zero["digests"] == one["digests"]  # critics, actor, normalizers, temperature
+    assert len(set(zero["digests"])) == ITERATIONS + 1
+    # every env step of both ranks merged into the normalizers: 4 steps x 8 envs x 2 ranks
+    assert zero["count"] == one["count"] == ITERATIONS * 4 * 8 * 2
+    saved = sorted(p.name for p in tmp_path.glob("model_*.pt"))
+    assert saved == [f"model_{i}.pt" for i in range(1, ITERATIONS + 1)]
+
+
 def test_a_two_rank_run_resumes_on_two_ranks_from_rank_0s_checkpoint(tmp_path):
     first = _run_ranks(tmp_path)
     resume = [f"resume={tmp_path}"]
@@ -133,12 +258,17 @@ def test_ranks_given_different_configs_refuse_to_start_naming_the_key(tmp_path):
     assert not tmp_path.joinpath("config.yaml").exists()
 
 
-def test_fuselab_train_under_torchrun_trains_cartpole_with_two_ranks(tmp_path):
+# async FastSAC: each rank with its collector process
+ASYNC_FASTSAC = ["algo=fastsac", "algo.learning_starts=4", "algo.steps_per_iteration=4"]
+
+
+@pytest.mark.parametrize("algo", [["algo=ppo"], ASYNC_FASTSAC], ids=["ppo", "fastsac"])
+def test_fuselab_train_under_torchrun_trains_cartpole_with_two_ranks(tmp_path, algo):
     run_dir = tmp_path / "run"
     done = subprocess.run(
         [SCRIPTS / "torchrun", "--standalone", "--nproc-per-node=2", "--no-python"]
         + [SCRIPTS / "fuselab-train", "task=cartpole", "num_envs=16", "max_iterations=2"]
-        + ["progress=false", "plot=false", f"run_dir={run_dir}"],
+        + ["progress=false", "plot=false", f"run_dir={run_dir}", *algo],
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,9 +6,13 @@ torchrun starts the processes and sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` 
 ``LOCAL_WORLD_SIZE``; :func:`join` starts the process group on them (gloo for a CPU learner,
 NCCL for CUDA, each rank on the GPU of its local rank). Each rank steps its own ``num_envs``
 envs (the seed offset by its rank) with its share of the machine's cores. PPO averages its
-gradients over the ranks every mini-batch (one all-reduce of one flat vector), averages the KL
-its adaptive schedule reads and merges the observation normalizers' statistics, so every rank
-holds the same parameters after every update. Rank 0 alone writes the run directory.
+gradients over the ranks every mini-batch (one all-reduce of one flat vector), normalizes the
+advantages over every rank's rollout, averages the KL its adaptive schedule reads and merges
+the observation normalizers' statistics: every rank holds the same parameters after every
+update, those one rank would reach on all the ranks' data. FastSAC averages the gradients of
+every critic and actor update (each rank with its own collector and replay, every rank doing
+the same number of updates per iteration) and merges its normalizers' statistics at iteration
+ends. Rank 0 alone writes the run directory.
 
 Without torchrun (no ``WORLD_SIZE`` in the environment) none of this runs: every function here
 is then the identity. torch is imported in the functions, so that the command line can read
@@ -176,6 +180,21 @@ def sum_over_ranks(tensors: list[torch.Tensor]) -> None:
     for t in tensors:
         t.copy_(flat[offset : offset + t.numel()].view_as(t))
         offset += t.numel()
+
+
+def mean_and_std(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and (unbiased) standard deviation of the elements of ``x`` on every rank."""
+    import torch
+
+    if world_size() == 1:
+        return x.mean(), x.std()
+    x64 = x.to(torch.float64)
+    stats = torch.stack([x64.new_tensor(x.numel()), x64.sum(), x64.square().sum()])
+    sum_over_ranks([stats])
+    n, total, squares = stats.unbind()
+    mean = total / n
+    var = ((squares - n * mean.square()) / (n - 1)).clamp_min(0.0)
+    return mean.to(x.dtype), var.sqrt().to(x.dtype)
 
 
 def broadcast_object(value: Any) -> Any:

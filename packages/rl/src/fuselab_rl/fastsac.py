@@ -30,7 +30,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn import functional as F
 
+from fuselab_rl import distributed
 from fuselab_rl.async_collect import (
     AsyncCollector,
     Collector,
@@ -52,7 +53,6 @@ from fuselab_rl.fastsac_networks import (
     ActorPolicy,
     TwinDistributionalCritic,
     project_distribution,
-    update_normalizer,
 )
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepBatch, NStepReplay
@@ -216,6 +216,20 @@ class FastSAC:
             v_min=cfg.v_min,
             v_max=cfg.v_max,
         ).to(device)
+        distributed.broadcast_state(self.policy)  # under torchrun: rank 0's initial weights
+        distributed.broadcast_state(self.critic)
+        self._normalizers = [
+            (group, normalizer)
+            for group, normalizer in (
+                ("actor", self.policy.normalizer),
+                ("critic", self.critic_normalizer),
+            )
+            if isinstance(normalizer, EmpiricalNormalization)
+        ]
+        # Under torchrun each rank takes records at its own pace: the normalizers accumulate
+        # them and merge over the ranks where every rank stands at the same update (before
+        # the first one, and at iteration ends: merge_normalizers); alone, records merge at once.
+        self._merge_at_once = distributed.world_size() == 1
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         # the soft update's operands; load_state_dict copies into these same tensors
         self._target_parameters: list[torch.Tensor] = list(self.critic_target.parameters())
@@ -246,6 +260,7 @@ class FastSAC:
             self._compile()
         self._sums: dict[str, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
+        self._allreduce_s = 0.0  # under torchrun: the time spent averaging gradients
         log.info(
             "FastSAC learner on %s: actor %s, critics 2 x %s over %d atoms [%g, %g], "
             "%d-step returns, bf16 %s, compile %s (%.1f ms)",
@@ -276,8 +291,8 @@ class FastSAC:
     # -- data ------------------------------------------------------------------------------------
 
     def observe(self, records: Sequence[dict[str, np.ndarray]]) -> None:
-        """Store env steps (transition records, in order) and update the normalizers with
-        their observations, once for all of them."""
+        """Store env steps (transition records, in order) and add their observations to the
+        normalizers, once for all of them."""
         for record in records:
             self.replay.add(
                 {g: torch.from_numpy(record[f"obs.{g}"]) for g in self.spec.obs_dims},
@@ -290,14 +305,24 @@ class FastSAC:
         written = self.replay.steps_written
         rows = torch.arange(written - len(records), written, device=self.device)
         rows %= self.replay.capacity
-        update_normalizer(self.policy.normalizer, self.replay.obs["actor"][rows].flatten(0, 1))
-        update_normalizer(self.critic_normalizer, self.replay.obs["critic"][rows].flatten(0, 1))
+        for group, normalizer in self._normalizers:
+            normalizer.accumulate(self.replay.obs[group][rows].flatten(0, 1))
+        if self._merge_at_once:
+            self.merge_normalizers()
+
+    def merge_normalizers(self) -> None:
+        """Fold the observations added since the last merge into the statistics (under
+        torchrun those of every rank: every rank calls it at the same point)."""
+        for _, normalizer in self._normalizers:
+            normalizer.merge()
 
     # -- update ----------------------------------------------------------------------------------
 
     def update(self) -> None:
         """One critic update, and every ``actor_update_interval`` an actor and temperature
         update. Metrics accumulate on the device; :meth:`metrics` reads them once."""
+        if self.updates == 0 and not self._merge_at_once:
+            self.merge_normalizers()  # the warm-up's records, before anything learns from them
         batch = self.replay.sample(self.cfg.batch_size)
         self._update_critic(batch)
         self.updates += 1
@@ -322,6 +347,7 @@ class FastSAC:
             )
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        self._average_gradients(self.critic.parameters())
         self._clip(self.critic)
         self.critic_optimizer.step()
         with torch.no_grad():  # target <- target + tau * (online - target), one fused call
@@ -359,19 +385,21 @@ class FastSAC:
         return loss, q.detach()
 
     def _update_actor(self, batch: NStepBatch) -> None:
+        """The actor and the temperature: their losses share no parameter (each sees the
+        other's input detached), so one backward pass and one gradient average serve both."""
         self.critic.requires_grad_(False)
         try:
             with self._autocast():
                 actor_loss, log_prob = self._actor_loss(batch.obs["actor"], batch.obs["critic"])
+            alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
             self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            self._clip(self.policy.actor)
-            self.actor_optimizer.step()
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            (actor_loss + alpha_loss).backward()
         finally:
             self.critic.requires_grad_(True)
-        alpha_loss = -(self.log_alpha * (log_prob + self.target_entropy)).mean()
-        self.alpha_optimizer.zero_grad(set_to_none=True)
-        alpha_loss.backward()
+        self._average_gradients([*self.policy.actor.parameters(), self.log_alpha])
+        self._clip(self.policy.actor)
+        self.actor_optimizer.step()
         self.alpha_optimizer.step()
         self._add("Loss/actor", actor_loss)
         self._add("Loss/alpha", alpha_loss)
@@ -386,6 +414,12 @@ class FastSAC:
         alpha = self.log_alpha.detach().exp()
         loss = (alpha * log_prob.float() - q).mean()
         return loss, log_prob.detach().float()
+
+    def _average_gradients(self, parameters: Iterable[torch.Tensor]) -> None:
+        """Under torchrun, every rank's mean gradient: the same step on every rank."""
+        started = time.perf_counter()
+        distributed.average_gradients(parameters)
+        self._allreduce_s += time.perf_counter() - started
 
     def _clip(self, module: nn.Module) -> None:
         if self.cfg.max_grad_norm > 0:
@@ -402,6 +436,8 @@ class FastSAC:
         self._sums.clear()
         self._counts.clear()
         out["Policy/alpha"] = float(self.log_alpha.detach().exp())
+        out["Perf/allreduce_s"] = self._allreduce_s
+        self._allreduce_s = 0.0
         return out
 
     # -- state -----------------------------------------------------------------------------------
@@ -567,6 +603,7 @@ class FastSACTrainer:
         learn_s, updates = self._learn(
             *self._collector.iteration_limits(self.cfg.steps_per_iteration, updates_goal)
         )
+        self.learner.merge_normalizers()  # under torchrun: every rank did updates_goal updates
         metrics = self.stats.metrics(self._previous_commit, continuous=self._collector.free_running)
         self._previous_commit = self.stats.last_commit
         self.stats.reset()

@@ -79,7 +79,7 @@ class SquashedGaussianActor(nn.Module):
 class ActorPolicy(nn.Module):
     """The acting policy: observation normalizer + actor. ``forward`` is deterministic (the
     tanh of the mean), which is what export and evaluation use; the collector samples. The
-    normalizer's statistics change only through :func:`update_normalizer`."""
+    normalizer's statistics change only through :meth:`FastSAC.observe`."""
 
     def __init__(
         self,
@@ -173,9 +173,3 @@ def project_distribution(
     projected.scatter_add_(1, lower, probs * (upper.to(probs.dtype) - position))
     projected.scatter_add_(1, upper, probs * (position - lower.to(probs.dtype)))
     return projected
-
-
-def update_normalizer(normalizer: nn.Module, obs: torch.Tensor) -> None:
-    """Merge ``obs`` (B, D) into a normalizer's statistics (nothing for ``nn.Identity``)."""
-    if isinstance(normalizer, EmpiricalNormalization):
-        normalizer.update(obs)

@@ -52,13 +52,16 @@ class MLP(nn.Sequential):
 class EmpiricalNormalization(nn.Module):
     """(x - mean) / (std + eps) with the mean and variance of every sample seen while training.
 
-    Statistics are buffers (saved with the module); ``update`` merges a batch with Chan's
-    parallel formula, so the result does not depend on how samples were batched.
+    Statistics are buffers (saved with the module). Samples first :meth:`accumulate` (count,
+    sum and sum of squares, float64, not saved), then :meth:`merge` folds them in with Chan's
+    parallel formula, so the result does not depend on how samples were batched; under
+    torchrun ``merge`` folds in every rank's samples, so every rank keeps the same statistics.
     """
 
     mean: torch.Tensor
     var: torch.Tensor
     count: torch.Tensor
+    pending: torch.Tensor
 
     def __init__(self, dim: int, eps: float = 1e-2):
         super().__init__()
@@ -66,45 +69,50 @@ class EmpiricalNormalization(nn.Module):
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        # (count, sum of x, sum of x^2) of the samples accumulated since the last merge
+        self.register_buffer(
+            "pending", torch.zeros(1 + 2 * dim, dtype=torch.float64), persistent=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / (self.var.sqrt() + self.eps)
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Merge the statistics of the batch ``x`` (under torchrun: of every rank's batch, so
-        every rank keeps the same statistics)."""
-        if distributed.world_size() > 1:  # every rank takes part, even with an empty batch
-            batch_n, batch_mean, batch_var = _merged_over_ranks(x)
-        elif x.shape[0] > 0:
-            batch_n, batch_mean, batch_var = x.shape[0], x.mean(dim=0), x.var(dim=0, unbiased=False)
-        else:
-            return
-        if batch_n == 0:
-            return
-        total = self.count + batch_n
-        weight = (batch_n / total).to(x.dtype)
-        delta = batch_mean - self.mean
-        self.mean += delta * weight
-        # Merged sum of squared deviations, divided by the new count.
-        self.var.mul_(1.0 - weight).add_(
-            batch_var * weight + delta.square() * weight * (1 - weight)
-        )
-        self.count.copy_(total)
+        """Merge the batch ``x`` (B, D) into the statistics (under torchrun: with the batch of
+        every rank; every rank must call it)."""
+        self.accumulate(x)
+        self.merge()
 
+    @torch.no_grad()
+    def accumulate(self, x: torch.Tensor) -> None:
+        """Keep the batch ``x`` (B, D) for the next :meth:`merge`; the statistics stay as they
+        are (and no rank waits for another)."""
+        dim = self.mean.shape[0]
+        x64 = x.to(torch.float64)
+        self.pending[0] += x.shape[0]
+        self.pending[1 : 1 + dim] += x64.sum(dim=0)
+        self.pending[1 + dim :] += x64.square().sum(dim=0)
 
-def _merged_over_ranks(x: torch.Tensor) -> tuple[int, torch.Tensor, torch.Tensor]:
-    """(count, mean, population variance) of the union of every rank's batch ``x``."""
-    x64 = x.to(torch.float64)
-    sums = [torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device)]
-    sums += [x64.sum(dim=0), x64.square().sum(dim=0)]
-    distributed.sum_over_ranks(sums)
-    n = int(sums[0].item())
-    if n == 0:
-        return 0, x.new_zeros(x.shape[1]), x.new_zeros(x.shape[1])
-    mean = sums[1] / n
-    var = (sums[2] / n - mean.square()).clamp_min(0.0)
-    return n, mean.to(x.dtype), var.to(x.dtype)
+    @torch.no_grad()
+    def merge(self) -> None:
+        """Fold the accumulated samples (of every rank, under torchrun: a collective every rank
+        takes part in, with or without samples of its own) into the statistics."""
+        distributed.sum_over_ranks([self.pending])
+        n, dim = float(self.pending[0]), self.mean.shape[0]
+        if n > 0:
+            batch_mean = self.pending[1 : 1 + dim] / n
+            batch_var = (self.pending[1 + dim :] / n - batch_mean.square()).clamp_min(0.0)
+            total = self.count + n
+            weight = n / total
+            delta = batch_mean - self.mean
+            self.mean.add_((delta * weight).to(self.mean.dtype))
+            # Merged sum of squared deviations, divided by the new count.
+            merged = self.var * (1.0 - weight) + batch_var * weight
+            merged += delta.square() * weight * (1.0 - weight)
+            self.var.copy_(merged)
+            self.count.copy_(total)
+        self.pending.zero_()
 
 
 class Policy(nn.Module):

@@ -145,8 +145,10 @@ class PPO:
             self.cfg.lam,
         )
         storage.returns.copy_(returns)
-        # Normalized over the whole rollout (rsl_rl's default), not per mini-batch.
-        storage.advantages.copy_((advantages - advantages.mean()) / (advantages.std() + 1e-8))
+        # Normalized over the whole rollout (rsl_rl's default), not per mini-batch; under
+        # torchrun over every rank's rollout, as one rank stepping all their envs would.
+        mean, std = distributed.mean_and_std(advantages)
+        storage.advantages.copy_((advantages - mean) / (std + 1e-8))
 
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         cfg = self.cfg

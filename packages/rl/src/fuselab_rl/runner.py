@@ -157,11 +157,6 @@ def validate_config(cfg: DictConfig, ranks: Ranks = SINGLE) -> None:
         raise ValueError(
             f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {cfg.algo.name!r}"
         )
-    if ranks.world_size > 1 and cfg.algo.name != "ppo":
-        raise ValueError(
-            f"algo.name: {cfg.algo.name} does not run under torchrun yet ({ranks.world_size} "
-            f"ranks); algo=ppo does"
-        )
     check_sections(cfg)  # the task's own sections (env, commands, ...)
 
 
