@@ -105,6 +105,11 @@ def _measure(task: str, n: int, budget, collector_threads: int, seconds: float) 
             while trainer.env_steps < 2 * trainer.cfg.learning_starts:  # past random actions
                 trainer.iterate()
             warmup_s = time.perf_counter() - started
+            sizes = {  # what the learner was sized to for this device (choose_learner_sizes)
+                "batch_size": trainer.cfg.batch_size,
+                "actor_hidden_dims": list(trainer.cfg.actor_hidden_dims),
+                "critic_hidden_dims": list(trainer.cfg.critic_hidden_dims),
+            }
             for _ in range(repeats):
                 row = {"alone": env_alone_rate()}
                 go.set()
@@ -144,6 +149,7 @@ def _measure(task: str, n: int, budget, collector_threads: int, seconds: float) 
         "pipeline_vs_ceiling": median_ratio("collector", "neighbour"),
         "collector_blocked_s": median("blocked_s"),
         "learner_updates_per_s": median("updates_per_s"),
+        **sizes,
         "updates_per_env_step": median("updates_per_env_step"),
         "policy_lag_updates": median("policy_lag_updates"),
     }
@@ -192,7 +198,8 @@ def fastsac_rows(results: dict) -> list[tuple[str, str, str]]:
                 f"{r['pipeline_efficiency']:.2f}x (env.step only {r['env_efficiency']:.2f}x; "
                 f"any busy neighbour {r['contention_ceiling']:.2f}x; "
                 f"{r['collector_threads']}+{r['learner_threads']} threads, learner "
-                f"{r['learner_updates_per_s']:.1f} updates/s)",
+                f"{r['learner_updates_per_s']:.1f} updates/s at batch {r['batch_size']}, actor "
+                f"{r['actor_hidden_dims']}, critics {r['critic_hidden_dims']})",
             )
         )
     return rows

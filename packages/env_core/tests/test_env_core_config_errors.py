@@ -1,11 +1,14 @@
 """Bad configuration raises an error naming the field, the value and what is accepted."""
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from env_core_test_terms import random_state, terms_cfg
 
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.plan import PlanError, resolve_plan
+from fuselab_env_core.ranges import Fraction, Interval, PositiveFloat, Section, build_section
 from fuselab_env_core.runtime import FusedTerms, state_specs
 from fuselab_env_core.terms import reward
 
@@ -192,7 +195,7 @@ def test_a_range_declared_on_a_non_number_is_refused_when_the_term_is_registered
 
 
 def test_declared_types_check_and_convert_values_naming_the_key():
-    from fuselab_env_core.ranges import Fraction, Interval, LayerSizes, PositiveFloat, check_value
+    from fuselab_env_core.ranges import LayerSizes, check_value
 
     assert check_value("k", [64, 32], LayerSizes) == (64, 32)
     for value in ([], [0], "64", [1.5]):
@@ -204,3 +207,22 @@ def test_declared_types_check_and_convert_values_naming_the_key():
         check_value("k", 0, PositiveFloat | None)
     with pytest.raises(ValueError, match=r"^k: expected a finite number >= 0 and <= 1, got nan$"):
         check_value("k", float("nan"), Fraction)
+
+
+@dataclass
+class _WindowCfg(Section):
+    KEY = "window"
+    seconds: PositiveFloat = 1.0
+    share: Fraction = 0.5
+    span: Interval = (0.0, 1.0)
+
+
+def test_a_section_is_checked_however_it_is_built_naming_its_key():
+    built = build_section(_WindowCfg, {"span": [-1, 2]})
+    assert built.span == (-1.0, 2.0) and built.seconds == 1.0  # converted: a list to a pair
+    with pytest.raises(ValueError, match=r"^window\.share: expected >= 0 and <= 1, got 2$"):
+        _WindowCfg(share=2)  # built in Python, not from a config
+    with pytest.raises(ValueError, match=r"^window\.seconds: expected > 0, got 0$"):
+        build_section(_WindowCfg, {"seconds": 0})
+    with pytest.raises(ValueError, match=r"^window: unknown keys \['secs'\]; accepted: \["):
+        build_section(_WindowCfg, {"secs": 2})

@@ -33,8 +33,8 @@ SMALL_FASTSAC = [
     "algo.learning_starts=2",
     "algo.steps_per_iteration=4",
     "algo.batch_size=16",
-    "algo.per_task.cartpole.actor_hidden_dims=[16,16]",
-    "algo.per_task.cartpole.critic_hidden_dims=[16,16]",
+    "algo.actor_hidden_dims=[16,16]",
+    "algo.critic_hidden_dims=[16,16]",
     "algo.num_atoms=11",
 ]
 

@@ -13,7 +13,12 @@ import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 
 from fuselab_rl.async_collect import InProcessCollector
-from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer, split_threads
+from fuselab_rl.fastsac import (
+    FastSACConfig,
+    FastSACTrainer,
+    choose_learner_sizes,
+    split_threads,
+)
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
     SquashedGaussianActor,
@@ -130,13 +135,58 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
 
 def test_per_task_defaults_apply_and_a_command_line_value_wins():
     cartpole = FastSACConfig.from_cfg(helpers.compose("cartpole").algo)
-    walk = FastSACConfig.from_cfg(helpers.compose("g1_walk_flat").algo)
     assert (cartpole.batch_size, cartpole.actor_hidden_dims) == (256, (64, 64))
-    assert (walk.batch_size, walk.critic_hidden_dims) == (4096, (768, 384, 192))
     assert (
         FastSACConfig.from_cfg(helpers.compose("cartpole", algo=("batch_size=77",)).algo).batch_size
         == 77
     )
+
+
+def test_learner_sizes_follow_the_learner_device_and_every_one_is_an_override():
+    def sized(device: str, *overrides: str) -> tuple[str, FastSACConfig]:
+        cfg = compose_config(["task=g1_walk_flat", "algo=fastsac", *overrides])
+        chosen = choose_learner_sizes(cfg, torch.device(device))
+        return chosen, FastSACConfig.from_cfg(cfg.algo)
+
+    chosen, cpu = sized("cpu")
+    assert (cpu.batch_size, cpu.actor_hidden_dims, cpu.critic_hidden_dims) == (
+        2048, (256, 128), (256, 256)
+    )  # fmt: skip
+    assert chosen == (
+        "batch_size 2048, actor_hidden_dims [256, 128], critic_hidden_dims [256, 256] "
+        "(batch_size, actor_hidden_dims, critic_hidden_dims: the cpu learner's sizes; each is "
+        "an override)"
+    )
+    _, cuda = sized("cuda")
+    assert (cuda.batch_size, cuda.critic_hidden_dims) == (4096, (768, 384, 192))
+    chosen, mixed = sized("cpu", "algo.batch_size=512", "algo.critic_hidden_dims=[64]")
+    assert (mixed.batch_size, mixed.actor_hidden_dims, mixed.critic_hidden_dims) == (
+        512, (256, 128), (64,)
+    )  # fmt: skip
+    assert chosen.endswith("(actor_hidden_dims: the cpu learner's sizes; each is an override)")
+    unresolved = compose_config(["task=g1_walk_flat", "algo=fastsac"])
+    with pytest.raises(ValueError, match=r"algo.batch_size: 'auto' is chosen for the learner"):
+        FastSACConfig.from_cfg(unresolved.algo)
+
+
+def test_a_resume_keeps_the_learner_sizes_its_run_chose(tmp_path):
+    """The sizes table (or the device) may differ when a run resumes: the weights decide."""
+    overrides = ["task=cartpole", "algo=fastsac", "algo.mode=sync", "algo.learning_starts=2"]
+    overrides += ["algo.steps_per_iteration=2", "threads=1", "progress=false", "plot=false"]
+    overrides += ["export_onnx=false", f"run_dir={tmp_path}"]
+    table = "algo.per_task.cartpole.learner_sizes.cpu"
+    first = compose_config(
+        [*overrides, f"{table}.actor_hidden_dims=[32]", f"{table}.batch_size=32"]
+    )
+    with create_training_handle(first) as handle:
+        handle.train(1)
+    with create_training_handle(compose_config([*overrides, f"resume={tmp_path}"])) as resumed:
+        # the table says [64, 64] and 256 now: the saved weights load into the run's own sizes
+        assert resumed.trainer.cfg.actor_hidden_dims == (32,)
+        assert resumed.trainer.cfg.batch_size == resumed.cfg.algo.batch_size == 32
+    explicit = compose_config([*overrides, f"resume={tmp_path}", "algo.batch_size=16"])
+    with create_training_handle(explicit) as resumed:
+        assert resumed.trainer.cfg.batch_size == 16  # a value given on resume wins
 
 
 def test_config_errors_name_the_key_and_the_accepted_values():

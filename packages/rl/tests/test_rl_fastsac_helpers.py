@@ -15,6 +15,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from fuselab_envs import registry
+from fuselab_rl.fastsac import choose_learner_sizes
 from fuselab_rl.runner import compose_config
 from fuselab_rl.threads import ThreadBudget
 
@@ -26,9 +27,12 @@ def threads(total: int) -> ThreadBudget:
 def compose(
     task: str = "cartpole", env: tuple[str, ...] = (), algo: tuple[str, ...] = ()
 ) -> DictConfig:
-    """The runner's composed config for ``task`` with algo=fastsac; one thread for physics."""
+    """The runner's composed config for ``task`` with algo=fastsac, the learner sized for a
+    CPU; one thread for physics."""
     overrides = [f"task={task}", "algo=fastsac", "num_threads=1", *env]
-    return compose_config([*overrides, *(f"algo.{item}" for item in algo)])
+    cfg = compose_config([*overrides, *(f"algo.{item}" for item in algo)])
+    choose_learner_sizes(cfg, "cpu")
+    return cfg
 
 
 def random_policy_return(cfg: DictConfig, steps: int = 400, seed: int = 1) -> float:

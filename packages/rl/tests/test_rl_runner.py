@@ -106,6 +106,18 @@ def test_resume_continues_exactly_where_the_run_stopped(monkeypatch, tmp_path):
         )
 
 
+def test_a_fixed_schedule_resumes_at_the_configured_rate_not_the_saved_one(monkeypatch, tmp_path):
+    use_fake_env(monkeypatch)
+    first = tmp_path / "first"
+    with create_training_handle(config(first, "save_interval=1")) as handle:
+        handle.train(1)  # adaptive: the rate moved away from 1e-3
+        assert ppo_of(handle).ppo.learning_rate != 1e-3
+    resume = ["algo.schedule=fixed", "algo.learning_rate=5e-4", f"resume={first}"]
+    with create_training_handle(config(tmp_path / "second", *resume)) as resumed:
+        assert ppo_of(resumed).ppo.learning_rate == 5e-4
+        assert [g["lr"] for g in ppo_of(resumed).ppo.optimizer.param_groups] == [5e-4]
+
+
 def test_resume_from_a_run_directory_takes_its_latest_checkpoint_and_keeps_its_logs(
     monkeypatch, tmp_path
 ):

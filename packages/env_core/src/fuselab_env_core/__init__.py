@@ -26,6 +26,7 @@ from fuselab_env_core.ranges import (
     PositiveFloat,
     PositiveInt,
     Range,
+    Section,
     build_section,
 )
 from fuselab_env_core.runtime import FusedTerms, TermBuffers, prefer_sleeping_omp_threads
@@ -64,6 +65,7 @@ __all__ = [
     "PositiveInt",
     "Range",
     "RewardCfg",
+    "Section",
     "TaskTermsCfg",
     "TermBuffers",
     "TermCfg",

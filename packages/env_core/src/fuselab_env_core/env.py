@@ -35,7 +35,7 @@ import numpy as np
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.config import TaskTermsCfg
 from fuselab_env_core.entity import Entity
-from fuselab_env_core.ranges import PositiveFloat, PositiveInt, check_value
+from fuselab_env_core.ranges import PositiveFloat, PositiveInt, Section, check_value
 from fuselab_env_core.runtime import FusedTerms
 from fuselab_env_core.terms import termination
 
@@ -52,8 +52,10 @@ time_out.numpy(lambda episode_step, max_episode_steps: episode_step >= max_episo
 
 
 @dataclass
-class EnvCfg:
+class EnvCfg(Section):
     """The ``env`` section of a task config: FusedEnv's own settings (a task may add some)."""
+
+    KEY = "env"
 
     decimation: PositiveInt = 4  # physics steps per control step
     episode_length_s: PositiveFloat = 20.0

@@ -2,20 +2,21 @@
 full key it came from.
 
 Term parameters declare ranges in their signatures (see :mod:`fuselab_env_core.terms`); a task's
-config sections are dataclasses whose fields do the same::
+config sections are :class:`Section` dataclasses whose fields do the same, checked when one is
+built (from a config or in Python; a field assigned later is not checked again)::
 
     @dataclass
-    class CommandCfg:
+    class CommandCfg(Section):
+        KEY = "commands"
         resample_s: PositiveFloat = 4.0
         standing_fraction: Fraction = 0.1
         lin_vel_x: Interval = (-1.0, 1.0)
 
-    build_section(CommandCfg, {"standing_fraction": 2}, "commands")
-    # ValueError: commands.standing_fraction: expected >= 0 and <= 1, got 2.0
+    CommandCfg(standing_fraction=2)  # or build_section(CommandCfg, {"standing_fraction": 2})
+    # ValueError: commands.standing_fraction: expected >= 0 and <= 1, got 2
 
 A new field gets its check by declaring its type; nothing else lists what is accepted. The
-registry builds a task's sections this way before it builds anything else; an env checks the
-sections it is given (:func:`check_section`), so Python callers get the same errors.
+registry builds a task's sections from the config before it builds anything else.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import numpy as np
 
@@ -61,28 +62,42 @@ PositiveInt = Annotated[int, Range(ge=1)]  # a count, a number of steps
 Interval = tuple[float, float]  # a sampling range [low, high]: low <= high
 LayerSizes = tuple[PositiveInt, ...]  # a network's hidden widths: a non-empty list
 
-Section = TypeVar("Section")
+
+class Section:
+    """Base of a config section's dataclass: once built, each field is checked against its
+    declared type and converted (:func:`check_section`), errors naming ``KEY.field``."""
+
+    KEY: ClassVar[str]  # the section's key in the config (``commands``, ``algo``, ...)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not isinstance(getattr(cls, "KEY", None), str):
+            raise TypeError(f"{cls.__name__}: a Section names its config key (KEY = '...')")
+
+    def __post_init__(self) -> None:
+        check_section(self, self.KEY)
 
 
-def build_section(cls: type[Section], values: Mapping[str, Any], key: str) -> Section:
-    """``cls(**values)`` (a dataclass), every value checked (:func:`check_section`); a name
-    that is not a field is a ValueError naming it and the accepted ones."""
+AnySection = TypeVar("AnySection", bound=Section)
+
+
+def build_section(cls: type[AnySection], values: Mapping[str, Any]) -> AnySection:
+    """``cls(**values)``; a name that is not a field is a ValueError naming it and the accepted
+    ones (a value out of its range, the field's, from the section's own check)."""
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(values) - fields)
     if unknown:
-        raise ValueError(f"{key}: unknown keys {unknown}; accepted: {sorted(fields)}")
-    return check_section(cls(**values), key)
+        raise ValueError(f"{cls.KEY}: unknown keys {unknown}; accepted: {sorted(fields)}")
+    return cls(**values)
 
 
-def check_section(section: Section, key: str) -> Section:
+def check_section(section: Any, key: str) -> None:
     """Check each field of ``section`` (a dataclass) against its type (:func:`check_value`, the
-    field's key is ``key.field``) and convert it in place; returns ``section``. A dataclass may
-    call it from ``__post_init__`` to be checked however it is built."""
+    field's key is ``key.field``) and convert it in place."""
     hints = typing.get_type_hints(type(section), include_extras=True)
     for f in dataclasses.fields(section):  # type: ignore[arg-type]
         value = check_value(f"{key}.{f.name}", getattr(section, f.name), hints[f.name])
         setattr(section, f.name, value)
-    return section
 
 
 def check_value(key: str, value: Any, annotation: Any) -> Any:

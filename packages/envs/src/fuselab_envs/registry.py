@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.env import EnvCfg
-from fuselab_env_core.ranges import build_section
+from fuselab_env_core.ranges import Section, build_section
 from fuselab_env_core.terms import did_you_mean
 from fuselab_envs.tasks.cartpole import Cartpole, CartpoleEnvCfg
 from fuselab_envs.tasks.g1_motion_tracking import (
@@ -97,7 +97,7 @@ def _terms(cfg: DictConfig) -> dict:
 class Task:
     build: Callable[[DictConfig, Sections, SimBackend], Any]
     model: Callable[[], Path]  # the embedded MJCF the task runs on unless robot.mjcf names one
-    sections: Mapping[str, type]  # config sections -> their dataclass (see check_sections)
+    sections: tuple[type[Section], ...]  # the config sections it reads (see check_sections)
 
 
 def _g1_model() -> Path:
@@ -113,20 +113,11 @@ def _cartpole_model() -> Path:
 
 
 TASKS: dict[str, Task] = {
-    "g1_walk_flat": Task(
-        _g1_walk_flat, _g1_model, {"env": EnvCfg, "commands": CommandCfg, "events": EventCfg}
-    ),
+    "g1_walk_flat": Task(_g1_walk_flat, _g1_model, (EnvCfg, CommandCfg, EventCfg)),
     "g1_motion_tracking": Task(
-        _g1_motion_tracking,
-        _g1_model,
-        {
-            "env": EnvCfg,
-            "motion": MotionCfg,
-            "sampling": SamplingCfg,
-            "reset_noise": ResetNoiseCfg,
-        },
+        _g1_motion_tracking, _g1_model, (EnvCfg, MotionCfg, SamplingCfg, ResetNoiseCfg)
     ),
-    "cartpole": Task(_cartpole, _cartpole_model, {"env": CartpoleEnvCfg}),
+    "cartpole": Task(_cartpole, _cartpole_model, (CartpoleEnvCfg,)),
 }
 
 
@@ -174,9 +165,9 @@ def check_sections(cfg: DictConfig) -> Sections:
             f"task_name: unknown task {cfg.task_name!r}; known: {', '.join(list_tasks())}"
         )
     sections = {}
-    for key, cls in TASKS[cfg.task_name].sections.items():
-        values = cast("dict[str, Any]", OmegaConf.to_container(cfg[key], resolve=True))
-        sections[key] = build_section(cls, values, key)
+    for cls in TASKS[cfg.task_name].sections:
+        values = cast("dict[str, Any]", OmegaConf.to_container(cfg[cls.KEY], resolve=True))
+        sections[cls.KEY] = build_section(cls, values)
     return sections
 
 

@@ -65,9 +65,10 @@ def train(cfg: DictConfig) -> None:
     try:
         from fuselab_rl.runner import compose_resume_config, create_training_handle
 
+        checkpoint = None
         if cfg.resume:  # the task and the algorithm are the checkpoint's
-            cfg = compose_resume_config(HydraConfig.get().overrides.task)
-        handle = create_training_handle(cfg)
+            cfg, checkpoint = compose_resume_config(HydraConfig.get().overrides.task)
+        handle = create_training_handle(cfg, checkpoint)
     except USAGE_ERRORS as error:
         fail(error)
         return

@@ -79,7 +79,8 @@ class SquashedGaussianActor(nn.Module):
 class ActorPolicy(nn.Module):
     """The acting policy: observation normalizer + actor. ``forward`` is deterministic (the
     tanh of the mean), which is what export and evaluation use; the collector samples. The
-    normalizer's statistics change only through :meth:`FastSAC.observe`."""
+    normalizer's statistics change only through the learner (``FastSAC.observe`` and
+    ``merge_normalizers``)."""
 
     def __init__(
         self,

@@ -99,19 +99,20 @@ class EmpiricalNormalization(nn.Module):
         """Fold the accumulated samples (of every rank, under torchrun: a collective every rank
         takes part in, with or without samples of its own) into the statistics."""
         distributed.sum_over_ranks([self.pending])
-        n, dim = float(self.pending[0]), self.mean.shape[0]
-        if n > 0:
-            batch_mean = self.pending[1 : 1 + dim] / n
-            batch_var = (self.pending[1 + dim :] / n - batch_mean.square()).clamp_min(0.0)
-            total = self.count + n
-            weight = n / total
-            delta = batch_mean - self.mean
-            self.mean.add_((delta * weight).to(self.mean.dtype))
-            # Merged sum of squared deviations, divided by the new count.
-            merged = self.var * (1.0 - weight) + batch_var * weight
-            merged += delta.square() * weight * (1.0 - weight)
-            self.var.copy_(merged)
-            self.count.copy_(total)
+        dim = self.mean.shape[0]
+        # Without a branch on the count (no wait for the device); no samples: weight 0.
+        n = self.pending[0]
+        total = self.count + n
+        weight = n / total.clamp_min(1.0)
+        batch_mean = self.pending[1 : 1 + dim] / n.clamp_min(1.0)
+        batch_var = (self.pending[1 + dim :] / n.clamp_min(1.0) - batch_mean.square()).clamp_min(0)
+        delta = batch_mean - self.mean
+        self.mean.add_((delta * weight).to(self.mean.dtype))
+        # Merged sum of squared deviations, divided by the new count.
+        merged = self.var * (1.0 - weight) + batch_var * weight
+        merged += delta.square() * weight * (1.0 - weight)
+        self.var.copy_(merged)
+        self.count.copy_(total)
         self.pending.zero_()
 
 

@@ -33,8 +33,8 @@ from fuselab_env_core.ranges import (
     PositiveFloat,
     PositiveInt,
     Range,
+    Section,
     build_section,
-    check_section,
     check_value,
 )
 from fuselab_rl import distributed
@@ -49,8 +49,10 @@ MIN_LEARNING_RATE, MAX_LEARNING_RATE = 1e-5, 1e-2  # bounds of the adaptive sche
 
 
 @dataclass
-class PPOCfg:
+class PPOCfg(Section):
     """``algo.*`` of configs/algo/ppo.yaml (``policy`` is the network's; see ActorCritic)."""
+
+    KEY = "algo"
 
     num_steps_per_env: PositiveInt = 24
     num_learning_epochs: PositiveInt = 5
@@ -67,15 +69,12 @@ class PPOCfg:
     max_grad_norm: PositiveFloat = 1.0
     clip_actions: PositiveFloat | None = None
 
-    def __post_init__(self) -> None:
-        check_section(self, "algo")
-
     @classmethod
     def from_config(cls, algo: DictConfig) -> PPOCfg:
         values = OmegaConf.to_container(algo, resolve=True)
         assert isinstance(values, dict)
         own = {str(k): v for k, v in values.items() if k not in ("name", "policy")}
-        return build_section(cls, own, "algo")
+        return build_section(cls, own)
 
 
 POLICY_KEYS = {  # algo.policy: ActorCritic's keyword arguments and what each accepts
@@ -359,7 +358,8 @@ class PPOTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.ppo.optimizer.load_state_dict(state["optimizer"])
-        self.ppo.learning_rate = float(state["learning_rate"])
+        if self.algo.schedule == "adaptive":  # where the schedule had taken it; fixed: the config's
+            self.ppo.learning_rate = float(state["learning_rate"])
         for group in self.ppo.optimizer.param_groups:
             group["lr"] = self.ppo.learning_rate
         self.generator.set_state(state["generator"])

@@ -91,8 +91,9 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
         return compose(config_name, overrides=list(overrides))
 
 
-def compose_resume_config(overrides: Sequence[str]) -> DictConfig:
-    """The config of ``fuselab-train resume=RUN ...``: the task and algorithm come from the
+def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[str, Any]]:
+    """The config of ``fuselab-train resume=RUN ...`` and the checkpoint it resumes (loaded
+    once: pass both to :func:`create_training_handle`). The task and algorithm come from the
     checkpoint (a different explicit ``task=`` or ``algo=`` is an error naming both); the other
     overrides apply as given."""
     given = dict(o.split("=", 1) for o in overrides if "=" in o)
@@ -106,7 +107,7 @@ def compose_resume_config(overrides: Sequence[str]) -> DictConfig:
             )
         chosen.append(f"{key}={saved}")
     rest = [o for o in overrides if o.split("=", 1)[0] not in ("task", "algo")]
-    return compose_config([*chosen, *rest])
+    return compose_config([*chosen, *rest]), checkpoint
 
 
 def algorithm(name: str) -> Algorithm:
@@ -336,10 +337,13 @@ def console_line(iteration: int, last: int, wall_s: float, m: Mapping[str, float
     return " | ".join(parts)
 
 
-def create_training_handle(cfg: DictConfig) -> TrainingHandle:
+def create_training_handle(
+    cfg: DictConfig, checkpoint: dict[str, Any] | None = None
+) -> TrainingHandle:
     """Validate ``cfg``, resolve device, threads and run directory, build the trainer (and its
-    env), and restore ``resume`` if set. Every stage logs its milliseconds. Under torchrun
-    (see :mod:`fuselab_rl.distributed`) this process joins its ranks first."""
+    env), and restore ``resume`` if set (from ``checkpoint`` when the caller has loaded it,
+    see :func:`compose_resume_config`). Every stage logs its milliseconds. Under torchrun (see
+    :mod:`fuselab_rl.distributed`) this process joins its ranks first."""
     cfg = copy.deepcopy(cfg)
     started = time.perf_counter()
     ranks = Ranks.from_environment()
@@ -353,7 +357,9 @@ def create_training_handle(cfg: DictConfig) -> TrainingHandle:
         cfg.backend,
         _ms(started),
     )
-    checkpoint = _load_resume(cfg)
+    checkpoint = _check_resume(cfg, checkpoint or _load_resume(cfg))
+    if checkpoint is not None:
+        _keep_saved_choices(cfg, checkpoint)
 
     stage = time.perf_counter()
     device = resolve_device(cfg.device, ranks)
@@ -415,11 +421,19 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
-    """The checkpoint ``resume`` names (None without one), of the config's task and algorithm."""
+    """The checkpoint ``resume`` names (None without one)."""
     if not cfg.resume:
         return None
     started = time.perf_counter()
     checkpoint = load_checkpoint(cfg.resume)
+    log.info("checkpoint %s loaded: %.1f ms", checkpoint["path"], _ms(started))
+    return checkpoint
+
+
+def _check_resume(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``checkpoint``, if it is one of the config's task and algorithm."""
+    if checkpoint is None:
+        return None
     for key, saved, asked in (
         ("task", checkpoint["task"], cfg.task_name),
         ("algo", checkpoint["algo"], cfg.algo.name),
@@ -429,8 +443,16 @@ def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
                 f"resume: '{checkpoint['path']}' is a {key} {saved!r} checkpoint, but the "
                 f"config asks for {asked!r}; add {key}={saved} to resume it"
             )
-    log.info("checkpoint %s: %.1f ms", checkpoint["path"], _ms(started))
     return checkpoint
+
+
+def _keep_saved_choices(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
+    """``algo`` keys left ``auto`` (chosen when a trainer starts, e.g. FastSAC's learner sizes)
+    take the values the resumed run chose, so its weights fit whatever the device is now."""
+    saved = checkpoint["config"]["algo"]
+    for key, value in cfg.algo.items():
+        if value == "auto" and key in saved:
+            cfg.algo[key] = saved[key]
 
 
 def _resolve_threads(cfg: DictConfig, ranks: Ranks) -> ThreadBudget:

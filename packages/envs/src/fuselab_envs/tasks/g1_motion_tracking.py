@@ -33,7 +33,7 @@ from fuselab_env_core.ranges import (
     NonNegativeFloat,
     PositiveFloat,
     PositiveInt,
-    check_section,
+    Section,
     check_value,
 )
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
@@ -72,8 +72,10 @@ ClipEnd = Literal["truncate", "resample"]  # at the clip's end: time out, or a n
 
 
 @dataclass
-class SamplingCfg:
+class SamplingCfg(Section):
     """Where episodes start in the clip: at frame 0, uniformly, or where envs fail most."""
+
+    KEY = "sampling"
 
     mode: SamplingMode = "adaptive"
     bin_s: PositiveFloat = 1.0  # adaptive: failures are counted per bin of this length
@@ -84,8 +86,10 @@ class SamplingCfg:
 
 
 @dataclass
-class ResetNoiseCfg:
+class ResetNoiseCfg(Section):
     """Reference state initialization: the reference pose and velocity, plus uniform noise."""
+
+    KEY = "reset_noise"
 
     pos_xy_m: NonNegativeFloat = 0.05
     pos_z_m: NonNegativeFloat = 0.01
@@ -97,8 +101,10 @@ class ResetNoiseCfg:
 
 
 @dataclass
-class MotionCfg:
+class MotionCfg(Section):
     """The ``motion`` section: which clip, and what happens at its end."""
+
+    KEY = "motion"
 
     file: str | None = None  # a .npz motion file; None: the embedded clip
     clip_end: ClipEnd = "truncate"
@@ -122,8 +128,8 @@ class G1MotionTracking(FusedEnv):
         facts, n = backend.model, backend.num_envs
         check_g1_robot(facts, "G1MotionTracking")
         self.facts = facts
-        self.sampling = check_section(sampling or SamplingCfg(), "sampling")
-        self.reset_noise = check_section(reset_noise or ResetNoiseCfg(), "reset_noise")
+        self.sampling = sampling or SamplingCfg()
+        self.reset_noise = reset_noise or ResetNoiseCfg()
         clip_end = check_value("motion.clip_end", clip_end, ClipEnd)
         if motion.joint_names != facts.joint_names:
             raise ValueError(

@@ -26,7 +26,7 @@ from fuselab_env_core.ranges import (
     Interval,
     NonNegativeFloat,
     PositiveFloat,
-    check_section,
+    Section,
 )
 from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
 from fuselab_envs.tasks.g1_common import check_g1_robot, g1_task_arrays, joint_array
@@ -80,8 +80,10 @@ def posture_std(joint_names: tuple[str, ...]) -> np.ndarray:
 
 
 @dataclass
-class CommandCfg:
+class CommandCfg(Section):
     """The ``commands`` section: velocity commands, uniform in their ranges (base frame)."""
+
+    KEY = "commands"
 
     resample_s: PositiveFloat = 4.0
     standing_fraction: Fraction = 0.1  # share of commands that are zero
@@ -91,8 +93,10 @@ class CommandCfg:
 
 
 @dataclass
-class EventCfg:
+class EventCfg(Section):
     """The ``events`` section: reset noise and pushes."""
+
+    KEY = "events"
 
     joint_noise_rad: NonNegativeFloat = 0.1
     push_interval_s: PositiveFloat | None = None  # None: no pushes
@@ -114,8 +118,8 @@ class G1WalkFlat(FusedEnv):
     ):
         facts, n = backend.model, backend.num_envs
         check_g1_robot(facts, "G1WalkFlat")
-        self.commands = check_section(commands or CommandCfg(), "commands")
-        self.events = check_section(events or EventCfg(), "events")
+        self.commands = commands or CommandCfg()
+        self.events = events or EventCfg()
         self.facts = facts
         self.task_arrays = {
             **g1_task_arrays(facts),
