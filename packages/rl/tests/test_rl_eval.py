@@ -85,6 +85,7 @@ def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
     errors = TrackingErrors(env, ["left_ankle_roll_link", "right_wrist_yaw_link"])
     errors.add(env, np.arange(2))
     on_clip = errors.summary()
+    assert all(type(value) is float for value in on_clip.values())  # what json.dumps takes
     for key in ("mpkpe_mm", "root_relative_mpkpe_mm", "end_effector_mm"):
         assert on_clip[key] < 1.0, key  # float32 forward kinematics of the clip's own bodies
     assert on_clip["joint_pos_rad"] < 1e-5 and on_clip["joint_vel_radps"] < 1e-4

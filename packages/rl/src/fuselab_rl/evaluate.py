@@ -188,7 +188,10 @@ class TrackingErrors:
         self.samples += len(rows)
 
     def summary(self) -> dict[str, float]:
-        return {k: v / self.samples if self.samples else math.nan for k, v in self.sums.items()}
+        """Means per sample, as Python floats (the joint sums are float32: JSON takes neither)."""
+        return {
+            k: float(v) / self.samples if self.samples else math.nan for k, v in self.sums.items()
+        }
 
 
 def evaluate_tracking(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
