@@ -357,8 +357,9 @@ def create_training_handle(
         cfg.backend,
         _ms(started),
     )
-    checkpoint = _check_resume(cfg, checkpoint or _load_resume(cfg))
+    checkpoint = checkpoint or _load_resume(cfg)
     if checkpoint is not None:
+        _check_resume(cfg, checkpoint)
         _keep_saved_choices(cfg, checkpoint)
 
     stage = time.perf_counter()
@@ -430,10 +431,8 @@ def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
     return checkpoint
 
 
-def _check_resume(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``checkpoint``, if it is one of the config's task and algorithm."""
-    if checkpoint is None:
-        return None
+def _check_resume(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
+    """The checkpoint must be one of the config's task and algorithm."""
     for key, saved, asked in (
         ("task", checkpoint["task"], cfg.task_name),
         ("algo", checkpoint["algo"], cfg.algo.name),
@@ -443,7 +442,6 @@ def _check_resume(cfg: DictConfig, checkpoint: dict[str, Any] | None) -> dict[st
                 f"resume: '{checkpoint['path']}' is a {key} {saved!r} checkpoint, but the "
                 f"config asks for {asked!r}; add {key}={saved} to resume it"
             )
-    return checkpoint
 
 
 def _keep_saved_choices(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
