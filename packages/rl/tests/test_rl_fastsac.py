@@ -16,7 +16,6 @@ from fuselab_rl.async_collect import InProcessCollector
 from fuselab_rl.fastsac import (
     FastSACConfig,
     FastSACTrainer,
-    choose_learner_sizes,
     split_threads,
 )
 from fuselab_rl.fastsac_networks import (
@@ -24,6 +23,7 @@ from fuselab_rl.fastsac_networks import (
     SquashedGaussianActor,
     project_distribution,
 )
+from fuselab_rl.learner_sizes import choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepReplay
 from fuselab_rl.runner import compose_config, create_training_handle
@@ -143,27 +143,32 @@ def test_per_task_defaults_apply_and_a_command_line_value_wins():
 
 
 def test_learner_sizes_follow_the_learner_device_and_every_one_is_an_override():
-    def sized(device: str, *overrides: str) -> tuple[str, FastSACConfig]:
+    def sized(device: str, *overrides: str) -> tuple[dict, str, FastSACConfig]:
         cfg = compose_config(["task=g1_walk_flat", "algo=fastsac", *overrides])
         chosen = choose_learner_sizes(cfg, torch.device(device))
-        return chosen, FastSACConfig.from_cfg(cfg.algo)
+        return chosen, describe_sizes(cfg, chosen, device), FastSACConfig.from_cfg(cfg.algo)
 
-    chosen, cpu = sized("cpu")
+    chosen, line, cpu = sized("cpu")
     assert (cpu.batch_size, cpu.actor_hidden_dims, cpu.critic_hidden_dims) == (
         2048, (256, 128), (256, 256)
     )  # fmt: skip
-    assert chosen == (
-        "batch_size 2048, actor_hidden_dims [256, 128], critic_hidden_dims [256, 256] "
-        "(batch_size, actor_hidden_dims, critic_hidden_dims: the cpu learner's sizes; each is "
-        "an override)"
+    assert chosen == {
+        "batch_size": 2048, "actor_hidden_dims": [256, 128], "critic_hidden_dims": [256, 256]
+    }  # fmt: skip
+    assert line == (
+        "cpu learner: batch_size 2048, actor_hidden_dims [256, 128], critic_hidden_dims [256, 256]"
     )
-    _, cuda = sized("cuda")
+    _, _, cuda = sized("cuda")
     assert (cuda.batch_size, cuda.critic_hidden_dims) == (4096, (768, 384, 192))
-    chosen, mixed = sized("cpu", "algo.batch_size=512", "algo.critic_hidden_dims=[64]")
+    chosen, line, mixed = sized("cpu", "algo.batch_size=512", "algo.critic_hidden_dims=[64]")
     assert (mixed.batch_size, mixed.actor_hidden_dims, mixed.critic_hidden_dims) == (
         512, (256, 128), (64,)
     )  # fmt: skip
-    assert chosen.endswith("(actor_hidden_dims: the cpu learner's sizes; each is an override)")
+    assert chosen == {"actor_hidden_dims": [256, 128]}
+    assert line == (
+        "cpu learner: batch_size 512 (set in the config), actor_hidden_dims [256, 128], "
+        "critic_hidden_dims [64] (set in the config)"
+    )
     unresolved = compose_config(["task=g1_walk_flat", "algo=fastsac"])
     with pytest.raises(ValueError, match=r"algo.batch_size: 'auto' is chosen for the learner"):
         FastSACConfig.from_cfg(unresolved.algo)

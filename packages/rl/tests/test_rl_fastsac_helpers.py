@@ -15,7 +15,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from fuselab_envs import registry
-from fuselab_rl.fastsac import choose_learner_sizes
+from fuselab_rl.learner_sizes import choose_learner_sizes
 from fuselab_rl.runner import compose_config
 from fuselab_rl.threads import ThreadBudget
 

@@ -54,6 +54,7 @@ from fuselab_rl.fastsac_networks import (
     TwinDistributionalCritic,
     project_distribution,
 )
+from fuselab_rl.learner_sizes import auto_keys, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepBatch, NStepReplay
 from fuselab_rl.threads import ThreadBudget
@@ -61,27 +62,6 @@ from fuselab_rl.threads import ThreadBudget
 log = logging.getLogger(__name__)
 
 MODES = ("async", "sync")
-SIZED_KEYS = ("batch_size", "actor_hidden_dims", "critic_hidden_dims")  # `auto`: learner_sizes
-
-
-def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> str:
-    """Replace each ``auto`` of SIZED_KEYS in ``cfg.algo`` by the task's size for a learner on
-    ``device`` (CUDA, or a CPU for any other), so the run's config and checkpoints hold the
-    values. Returns what was chosen, for the log."""
-    kind = "cuda" if torch.device(device).type == "cuda" else "cpu"
-    algo = cfg.algo
-    task_sizes = OmegaConf.select(algo, f"per_task.{cfg.task_name}.learner_sizes.{kind}") or {}
-    chosen = [key for key in SIZED_KEYS if algo[key] == "auto"]
-    for key in chosen:
-        algo[key] = task_sizes.get(key, algo.learner_sizes[kind][key])
-    values = ", ".join(f"{key} {_plain(algo[key])}" for key in SIZED_KEYS)
-    if not chosen:
-        return f"{values} (set in the config)"
-    return f"{values} ({', '.join(chosen)}: the {kind} learner's sizes; each is an override)"
-
-
-def _plain(value: Any) -> Any:
-    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
 @dataclass(frozen=True)
@@ -135,12 +115,12 @@ class FastSACConfig:
         if missing:
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
         values = {k: raw[k] for k in names}
-        for key in SIZED_KEYS:
-            if values[key] == "auto":
-                raise ValueError(
-                    f"algo.{key}: 'auto' is chosen for the learner's device when the trainer "
-                    f"starts (choose_learner_sizes); here expected a value"
-                )
+        unsized = auto_keys(algo)
+        if unsized:
+            raise ValueError(
+                f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
+                f"starts (choose_learner_sizes); here expected a value"
+            )
         values["actor_hidden_dims"] = tuple(values["actor_hidden_dims"])
         values["critic_hidden_dims"] = tuple(values["critic_hidden_dims"])
         config = cls(**values)
@@ -567,7 +547,8 @@ class FastSACTrainer:
     def __init__(self, cfg: DictConfig, device: torch.device, threads: ThreadBudget, run_dir: Path):
         started = time.perf_counter()
         self.device = torch.device(device)
-        log.info("FastSAC learner sizes: %s", choose_learner_sizes(cfg, self.device))
+        chosen = choose_learner_sizes(cfg, self.device)
+        log.info("FastSAC sizes, %s", describe_sizes(cfg, chosen, self.device))
         self.cfg = FastSACConfig.from_cfg(cfg.algo)
         self.run_dir = Path(run_dir)
         torch.manual_seed(int(cfg.seed))

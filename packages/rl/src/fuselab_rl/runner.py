@@ -39,6 +39,7 @@ from fuselab_rl.checkpoint import (
     write_text_atomic,
 )
 from fuselab_rl.distributed import SINGLE, Ranks
+from fuselab_rl.learner_sizes import keep_saved_sizes
 from fuselab_rl.stopping import PartnerFailed, StopSignals
 from fuselab_rl.threads import ThreadBudget
 
@@ -360,7 +361,7 @@ def create_training_handle(
     checkpoint = checkpoint or _load_resume(cfg)
     if checkpoint is not None:
         _check_resume(cfg, checkpoint)
-        _keep_saved_choices(cfg, checkpoint)
+        keep_saved_sizes(cfg, checkpoint["config"]["algo"])
 
     stage = time.perf_counter()
     device = resolve_device(cfg.device, ranks)
@@ -442,15 +443,6 @@ def _check_resume(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
                 f"resume: '{checkpoint['path']}' is a {key} {saved!r} checkpoint, but the "
                 f"config asks for {asked!r}; add {key}={saved} to resume it"
             )
-
-
-def _keep_saved_choices(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
-    """``algo`` keys left ``auto`` (chosen when a trainer starts, e.g. FastSAC's learner sizes)
-    take the values the resumed run chose, so its weights fit whatever the device is now."""
-    saved = checkpoint["config"]["algo"]
-    for key, value in cfg.algo.items():
-        if value == "auto" and key in saved:
-            cfg.algo[key] = saved[key]
 
 
 def _resolve_threads(cfg: DictConfig, ranks: Ranks) -> ThreadBudget:
