@@ -234,6 +234,16 @@ def test_two_fastsac_ranks_hold_the_same_networks_after_every_iteration(tmp_path
     assert saved == [f"model_{i}.pt" for i in range(1, ITERATIONS + 1)]
 
 
+def test_two_async_fastsac_ranks_hold_the_same_networks_after_every_iteration(tmp_path):
+    """Each rank with its collector process: the data differ, the updates line up."""
+    algo = [o for o in SMALL_FASTSAC if o != "algo.mode=sync"] + ["algo.mode=async"]
+    results = _run_ranks(tmp_path, algo=algo)
+    (kind_0, zero), (kind_1, one) = results[0], results[1]
+    assert kind_0 == kind_1 == "ok", results
+    assert zero["digests"] == one["digests"]
+    assert len(set(zero["digests"])) == ITERATIONS + 1
+
+
 def test_a_two_rank_run_resumes_on_two_ranks_from_rank_0s_checkpoint(tmp_path):
     first = _run_ranks(tmp_path)
     resume = [f"resume={tmp_path}"]

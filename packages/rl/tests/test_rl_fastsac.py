@@ -197,10 +197,10 @@ def test_a_resume_keeps_the_learner_sizes_its_run_chose(tmp_path):
 def test_config_errors_name_the_key_and_the_accepted_values():
     with pytest.raises(ValueError, match=r"algo.mode: expected one of async, sync, got 'fast'"):
         FastSACConfig.from_cfg(helpers.compose(algo=("mode=fast",)).algo)
-    with pytest.raises(ValueError, match=r"algo.n_step: expected > 0, got 0"):
+    with pytest.raises(ValueError, match=r"algo.n_step: expected >= 1, got 0"):
         FastSACConfig.from_cfg(helpers.compose(algo=("n_step=0",)).algo)
     for override, message in (
-        ("actor_hidden_dims=[]", r"algo.actor_hidden_dims: expected a non-empty list of positive"),
+        ("actor_hidden_dims=[]", r"algo.actor_hidden_dims: expected a non-empty list, each"),
         ("critic_hidden_dims=[64,0]", r"algo.critic_hidden_dims: .* got \[64, 0\]"),
         ("num_atoms=1", r"algo.num_atoms: expected >= 2, got 1"),
         ("v_min=10.0", r"algo.v_min, algo.v_max: expected v_min < v_max, got 10.0, 10.0"),
@@ -208,6 +208,8 @@ def test_config_errors_name_the_key_and_the_accepted_values():
         ("gamma=1.5", r"algo.gamma: expected > 0 and <= 1, got 1.5"),
         ("critic_lr=0", r"algo.critic_lr: expected > 0, got 0"),
         ("weight_decay=-0.1", r"algo.weight_decay: expected >= 0, got -0.1"),
+        ("collector.ring_slots=1", r"algo.collector.ring_slots: expected >= 2, got 1"),
+        ("collector.min_updates_per_step=3", r"algo.collector.min_updates_per_step: expected a"),
     ):
         with pytest.raises(ValueError, match=message):
             FastSACConfig.from_cfg(helpers.compose(algo=(override,)).algo)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import torch
@@ -41,6 +41,15 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn import functional as F
 
+from fuselab_env_core.ranges import (
+    LayerSizes,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    Range,
+    Section,
+    build_section,
+)
 from fuselab_rl import distributed
 from fuselab_rl.async_collect import (
     AsyncCollector,
@@ -61,124 +70,81 @@ from fuselab_rl.threads import ThreadBudget
 
 log = logging.getLogger(__name__)
 
-MODES = ("async", "sync")
+Unit = Annotated[float, Range(gt=0.0, le=1.0)]  # a discount, a soft-update rate
+NonNegativeInt = Annotated[int, Range(ge=0)]
 
 
-@dataclass(frozen=True)
-class FastSACConfig:
-    """``algo`` of the composed config (configs/algo/fastsac.yaml), checked."""
+@dataclass
+class CollectorCfg(Section):
+    """``algo.collector``: the async collector process and its ring."""
 
-    mode: str
-    steps_per_iteration: int
-    updates_per_step: float
-    actor_update_interval: int
-    learning_starts: int
-    batch_size: int
-    buffer_size: int
-    gamma: float
-    n_step: int
-    tau: float
-    num_atoms: int
+    KEY = "algo.collector"
+
+    threads: PositiveInt | None = None  # null: half the budget (see split_threads)
+    ring_slots: Annotated[int, Range(ge=2)] = 64
+    publish_interval: PositiveInt = 1
+    min_updates_per_step: NonNegativeFloat = 0.0
+
+
+@dataclass
+class FastSACConfig(Section):
+    """``algo`` of the composed config (configs/algo/fastsac.yaml), each field checked against
+    its type when built."""
+
+    KEY = "algo"
+
+    mode: Literal["async", "sync"]
+    steps_per_iteration: PositiveInt
+    updates_per_step: PositiveFloat
+    actor_update_interval: PositiveInt
+    learning_starts: NonNegativeInt
+    batch_size: PositiveInt
+    buffer_size: PositiveInt
+    gamma: Unit
+    n_step: PositiveInt
+    tau: Unit
+    num_atoms: Annotated[int, Range(ge=2)]
     v_min: float
     v_max: float
-    alpha_init: float
+    alpha_init: PositiveFloat
     target_entropy_scale: float
     log_std_min: float
     log_std_max: float
-    actor_lr: float
-    critic_lr: float
-    alpha_lr: float
-    weight_decay: float
-    max_grad_norm: float
-    actor_hidden_dims: tuple[int, ...]
-    critic_hidden_dims: tuple[int, ...]
+    actor_lr: PositiveFloat
+    critic_lr: PositiveFloat
+    alpha_lr: PositiveFloat
+    weight_decay: NonNegativeFloat
+    max_grad_norm: NonNegativeFloat
+    actor_hidden_dims: LayerSizes
+    critic_hidden_dims: LayerSizes
     obs_normalization: bool
     bf16: bool
     compile: bool
-    collector_threads: int | None
-    ring_slots: int
-    publish_interval: int
-    min_updates_per_step: float
+    collector: CollectorCfg
 
     @classmethod
     def from_cfg(cls, algo: DictConfig) -> FastSACConfig:
         raw: dict[str, Any] = OmegaConf.to_container(algo, resolve=True)  # type: ignore[assignment]
-        collector = raw.get("collector", {})
-        raw |= {
-            "collector_threads": collector.get("threads"),
-            "ring_slots": collector.get("ring_slots", 64),
-            "publish_interval": collector.get("publish_interval", 1),
-            "min_updates_per_step": collector.get("min_updates_per_step", 0.0),
-        }
-        names = {f.name for f in fields(cls)}
-        missing = sorted(names - raw.keys())
-        if missing:
-            raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
-        values = {k: raw[k] for k in names}
-        unsized = auto_keys(algo)
+        unsized = auto_keys(raw)
         if unsized:
             raise ValueError(
                 f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
                 f"starts (choose_learner_sizes); here expected a value"
             )
-        values["actor_hidden_dims"] = tuple(values["actor_hidden_dims"])
-        values["critic_hidden_dims"] = tuple(values["critic_hidden_dims"])
-        config = cls(**values)
-        config.check()
-        return config
+        names = {f.name for f in fields(cls)} - {"collector"}
+        missing = sorted(names - raw.keys())
+        if missing:
+            raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
+        collector = build_section(CollectorCfg, raw.get("collector", {}))
+        return cls(**{k: raw[k] for k in names}, collector=collector)
 
-    def check(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"algo.mode: expected one of {', '.join(MODES)}, got {self.mode!r}")
-        positive = {
-            "steps_per_iteration": self.steps_per_iteration,
-            "updates_per_step": self.updates_per_step,
-            "actor_update_interval": self.actor_update_interval,
-            "batch_size": self.batch_size,
-            "buffer_size": self.buffer_size,
-            "n_step": self.n_step,
-            "num_atoms": self.num_atoms,
-            "collector.publish_interval": self.publish_interval,
-            "actor_lr": self.actor_lr,
-            "critic_lr": self.critic_lr,
-            "alpha_lr": self.alpha_lr,
-        }
-        for name, value in positive.items():
-            if not value > 0:
-                raise ValueError(f"algo.{name}: expected > 0, got {value!r}")
-        non_negative = {"weight_decay": self.weight_decay, "max_grad_norm": self.max_grad_norm}
-        for name, value in non_negative.items():
-            if not value >= 0:
-                raise ValueError(f"algo.{name}: expected >= 0, got {value!r}")
-        if not 0.0 < self.gamma <= 1.0:
-            raise ValueError(f"algo.gamma: expected > 0 and <= 1, got {self.gamma!r}")
-        if self.learning_starts < 0:
-            raise ValueError(f"algo.learning_starts: expected >= 0, got {self.learning_starts!r}")
-        if self.ring_slots < 2:
-            raise ValueError(f"algo.collector.ring_slots: expected >= 2, got {self.ring_slots!r}")
-        if not 0.0 < self.tau <= 1.0:
-            raise ValueError(f"algo.tau: expected a value in (0, 1], got {self.tau!r}")
-        if not 0.0 <= self.min_updates_per_step <= self.updates_per_step:
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.collector.min_updates_per_step <= self.updates_per_step:
             raise ValueError(
                 "algo.collector.min_updates_per_step: expected a value in [0, updates_per_step "
-                f"= {self.updates_per_step}], got {self.min_updates_per_step!r}"
+                f"= {self.updates_per_step}], got {self.collector.min_updates_per_step!r}"
             )
-        if self.alpha_init <= 0:
-            raise ValueError(f"algo.alpha_init: expected > 0, got {self.alpha_init!r}")
-        self._check_networks()
-
-    def _check_networks(self) -> None:
-        """The network keys, before a process or an env is started for them."""
-        for name in ("actor_hidden_dims", "critic_hidden_dims"):
-            dims = getattr(self, name)
-            if not dims or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims
-            ):
-                raise ValueError(
-                    f"algo.{name}: expected a non-empty list of positive ints, got {list(dims)!r}"
-                )
-        if self.num_atoms < 2:
-            raise ValueError(f"algo.num_atoms: expected >= 2, got {self.num_atoms!r}")
         for low, high in (("v_min", "v_max"), ("log_std_min", "log_std_max")):
             if not getattr(self, low) < getattr(self, high):
                 raise ValueError(
@@ -583,7 +549,7 @@ class FastSACTrainer:
             )
             return collector
         collector_threads, learner_threads = split_threads(
-            total_threads, self.device, self.cfg.collector_threads
+            total_threads, self.device, self.cfg.collector.threads
         )
         torch.set_num_threads(learner_threads)
         log.info(
@@ -601,7 +567,7 @@ class FastSACTrainer:
             env_cfg,
             num_threads=collector_threads,
             seed=int(cfg.seed),
-            ring_slots=self.cfg.ring_slots,
+            ring_slots=self.cfg.collector.ring_slots,
         )
 
     # -- the Trainer contract --------------------------------------------------------------------
@@ -701,7 +667,7 @@ class FastSACTrainer:
         earning = min(steps, max(warm, 0))
         cap = self.cfg.updates_per_step * self.cfg.steps_per_iteration
         self._update_credit = min(self._update_credit + earning * self.cfg.updates_per_step, cap)
-        self._updates_owed += earning * self.cfg.min_updates_per_step
+        self._updates_owed += earning * self.cfg.collector.min_updates_per_step
 
     def _update(self) -> None:
         """One learner update; every ``publish_interval`` actor updates, the policy goes to the
@@ -712,7 +678,7 @@ class FastSACTrainer:
         self._updates_owed = max(0.0, self._updates_owed - 1.0)
         if (
             self.learner.actor_updates != actor_updates
-            and self.learner.actor_updates % self.cfg.publish_interval == 0
+            and self.learner.actor_updates % self.cfg.collector.publish_interval == 0
         ):
             self._collector.publish()
 
@@ -721,7 +687,7 @@ class FastSACTrainer:
         one record at a time and only while no minimum updates are owed, so a slow learner
         holds the collector back."""
         collector = self._collector
-        if self.cfg.min_updates_per_step <= 0:
+        if self.cfg.collector.min_updates_per_step <= 0:
             available = collector.available()
             if available:
                 self._take_records(available)
