@@ -38,7 +38,8 @@ from pathlib import Path
 import fuselab_rl  # noqa: F401  (first: OpenMP threads then sleep, not spin, once torch loads)
 
 # isort: split
-# rsl-rl-lib and tensordict come with the `bench` group, which nox's lint session does not install
+# rsl-rl-lib and tensordict (its dependency, imported here too) come with the `bench` group,
+# which nox's lint session does not install
 # pyright: reportMissingImports=false
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -51,7 +52,7 @@ from fuselab_rl.distributed import SINGLE
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.evaluate import EVALUATORS
 from fuselab_rl.ppo import POLICY_KEYS, PPOCfg, network_kwargs
-from fuselab_rl.runner import _resolve_threads, compose_config, resolve_device, validate_config
+from fuselab_rl.runner import compose_config, resolve_device, resolve_threads, validate_config
 
 log = logging.getLogger("rsl_rl_side_by_side")
 
@@ -276,12 +277,12 @@ def main() -> None:
     if cfg.algo.name != "ppo":
         parser.error(f"algo: rsl_rl's runner here is PPO; got algo={cfg.algo.name}")
     if cfg.task_name not in EVALUATORS:
-        parser.error(f"--task: fuselab-eval measures {', '.join(EVALUATORS)}, not {args.task}")
+        parser.error(f"--task: fuselab-eval measures {', '.join(EVALUATORS)}, not {cfg.task_name}")
     if (args.out / "metrics.jsonl").exists():
         parser.error(f"--out: '{args.out}' already holds a run; give a new directory")
     save_interval = args.save_interval or cfg.save_interval
     train_cfg, clip = rsl_rl_train_cfg(cfg.algo, save_interval)  # checked before the env is built
-    _resolve_threads(cfg, SINGLE)  # the runner's budget: torch's pool, cfg.num_threads for the env
+    resolve_threads(cfg, SINGLE)  # the runner's budget: torch's pool, cfg.num_threads for the env
     device = resolve_device(cfg.device)
 
     args.out.mkdir(parents=True, exist_ok=True)

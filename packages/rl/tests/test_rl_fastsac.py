@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
+from omegaconf import OmegaConf
 
 from fuselab_rl.async_collect import InProcessCollector
 from fuselab_rl.fastsac import (
@@ -213,6 +214,11 @@ def test_config_errors_name_the_key_and_the_accepted_values():
     ):
         with pytest.raises(ValueError, match=message):
             FastSACConfig.from_cfg(helpers.compose(algo=(override,)).algo)
+    misspelt = helpers.compose().algo
+    OmegaConf.set_struct(misspelt, False)
+    misspelt.actor_lrr = 1e-3
+    with pytest.raises(ValueError, match=r"algo: unknown keys \['actor_lrr'\]; accepted: "):
+        FastSACConfig.from_cfg(misspelt)
     with pytest.raises(
         ValueError, match=r"algo.collector.threads: expected null or an int in 1..2"
     ):

@@ -63,14 +63,14 @@ from fuselab_rl.fastsac_networks import (
     TwinDistributionalCritic,
     project_distribution,
 )
-from fuselab_rl.learner_sizes import auto_keys, choose_learner_sizes, describe_sizes
+from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepBatch, NStepReplay
 from fuselab_rl.threads import ThreadBudget
 
 log = logging.getLogger(__name__)
 
-Unit = Annotated[float, Range(gt=0.0, le=1.0)]  # a discount, a soft-update rate
+UnitInterval = Annotated[float, Range(gt=0.0, le=1.0)]  # a discount, a soft-update rate
 NonNegativeInt = Annotated[int, Range(ge=0)]
 
 
@@ -80,7 +80,7 @@ class CollectorCfg(Section):
 
     KEY = "algo.collector"
 
-    threads: PositiveInt | None = None  # null: half the budget (see split_threads)
+    threads: PositiveInt | None = None  # null: split_threads decides (CPU learner: half)
     ring_slots: Annotated[int, Range(ge=2)] = 64
     publish_interval: PositiveInt = 1
     min_updates_per_step: NonNegativeFloat = 0.0
@@ -100,9 +100,9 @@ class FastSACConfig(Section):
     learning_starts: NonNegativeInt
     batch_size: PositiveInt
     buffer_size: PositiveInt
-    gamma: Unit
+    gamma: UnitInterval
     n_step: PositiveInt
-    tau: Unit
+    tau: UnitInterval
     num_atoms: Annotated[int, Range(ge=2)]
     v_min: float
     v_max: float
@@ -131,12 +131,12 @@ class FastSACConfig(Section):
                 f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
                 f"starts (choose_learner_sizes); here expected a value"
             )
-        names = {f.name for f in fields(cls)} - {"collector"}
-        missing = sorted(names - raw.keys())
+        own = {k: v for k, v in raw.items() if k not in ("name", *TABLES)}
+        missing = sorted({f.name for f in fields(cls)} - {"collector"} - own.keys())
         if missing:
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
-        collector = build_section(CollectorCfg, raw.get("collector", {}))
-        return cls(**{k: raw[k] for k in names}, collector=collector)
+        own["collector"] = build_section(CollectorCfg, own.get("collector", {}))
+        return build_section(cls, own)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -4,7 +4,8 @@ Keys of ``algo`` set to ``auto`` (networks, batch sizes) take their value when t
 starts from ``algo.learner_sizes.<kind>``, where kind is ``cuda`` for a CUDA learner and
 ``cpu`` for any other; a task's own table, ``algo.per_task.<task_name>.learner_sizes.<kind>``,
 comes first. A key given a value keeps it, and the run's config and checkpoints hold the values
-chosen, so a resume rebuilds the same networks whatever the device is then.
+chosen, so a resume rebuilds the same networks whatever the device is then. Every ``auto`` in
+``algo`` is such a size: no other key takes ``auto`` as its value.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 AUTO = "auto"
 TABLES = ("learner_sizes", "per_task")  # the tables themselves are never sized
+_ABSENT = object()  # a key a table does not hold (a null it holds is a value)
 
 
 def device_kind(device: torch.device | str) -> str:
@@ -25,24 +27,28 @@ def device_kind(device: torch.device | str) -> str:
 def auto_keys(algo: DictConfig | dict[str, Any]) -> list[str]:
     """The dotted keys of ``algo`` (outside the tables) whose value is ``auto``."""
     tree = algo if isinstance(algo, dict) else OmegaConf.to_container(algo, resolve=False)
-    leaves = _leaves(tree)
+    leaves = flat_items(tree)
     return [key for key, value in leaves if value == AUTO and key.split(".")[0] not in TABLES]
 
 
 def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[str, Any]:
     """Replace each ``auto`` of ``cfg.algo`` by the size for a learner on ``device``; returns
-    {dotted key: value} of what was chosen."""
+    {dotted key: value} of what was chosen. A table key that ``algo`` has not is an error (a
+    misspelt size would otherwise never be used)."""
     algo, kind = cfg.algo, device_kind(device)
-    tables = (f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}")
+    tables = [f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}"]
+    for table in tables:
+        for key, _ in flat_items(_container(OmegaConf.select(algo, table))):
+            if OmegaConf.select(algo, key, default=_ABSENT) is _ABSENT:
+                raise ValueError(f"algo.{table}.{key}: algo has no key {key} to size")
     chosen: dict[str, Any] = {}
     for key in auto_keys(algo):
-        value = next(
-            (v for t in tables if (v := OmegaConf.select(algo, f"{t}.{key}")) is not None), None
-        )
-        if value is None:
+        values = [OmegaConf.select(algo, f"{t}.{key}", default=_ABSENT) for t in tables]
+        value = next((v for v in values if v is not _ABSENT), _ABSENT)
+        if value is _ABSENT:
             raise ValueError(
-                f"algo.{key}: 'auto', but algo.learner_sizes.{kind} has no {key}; "
-                f"give algo.{key} a value or add it to the table"
+                f"algo.{key}: 'auto', but neither algo.{tables[0]} nor algo.{tables[1]} holds "
+                f"{key}; give algo.{key} a value or add it to a table"
             )
         OmegaConf.update(algo, key, value)
         chosen[key] = _plain(value)
@@ -50,11 +56,15 @@ def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[st
 
 
 def describe_sizes(cfg: DictConfig, chosen: dict[str, Any], device: torch.device | str) -> str:
-    """One log line: every sized key of the device's table, chosen or set in the config."""
+    """One log line: every sized key of the device's tables, chosen or set in the config."""
     kind = device_kind(device)
-    table = OmegaConf.select(cfg.algo, f"learner_sizes.{kind}")
-    sized = [key for key, _ in _leaves(OmegaConf.to_container(table))] if table else []
-    sized += [key for key in chosen if key not in sized]
+    tables = [f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}"]
+    sized = [
+        key
+        for table in tables
+        for key, _ in flat_items(_container(OmegaConf.select(cfg.algo, table)))
+    ]
+    sized = list(dict.fromkeys([*sized, *chosen]))  # once each, in table order
     values = ", ".join(
         f"{key} {_plain(OmegaConf.select(cfg.algo, key))}"
         f"{'' if key in chosen else ' (set in the config)'}"
@@ -68,19 +78,25 @@ def keep_saved_sizes(cfg: DictConfig, saved_algo: dict[str, Any]) -> None:
     those shapes, whatever the device or the table says now)."""
     saved = OmegaConf.create(saved_algo)
     for key in auto_keys(cfg.algo):
-        value = OmegaConf.select(saved, key)
-        if value is not None:
+        value = OmegaConf.select(saved, key, default=_ABSENT)
+        if value is not _ABSENT:
             OmegaConf.update(cfg.algo, key, value)
 
 
-def _leaves(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+def flat_items(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A nested config (plain containers) as (dotted key, leaf value) pairs; lists are leaves."""
     if not isinstance(tree, dict):
         return [(prefix, tree)]
     return [
         leaf
         for key, value in tree.items()
-        for leaf in _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+        for leaf in flat_items(value, f"{prefix}.{key}" if prefix else str(key))
     ]
+
+
+def _container(node: Any) -> Any:
+    """A selected config node as plain containers ({} for none)."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else {}
 
 
 def _plain(value: Any) -> Any:

@@ -39,7 +39,7 @@ from fuselab_rl.checkpoint import (
     write_text_atomic,
 )
 from fuselab_rl.distributed import SINGLE, Ranks
-from fuselab_rl.learner_sizes import keep_saved_sizes
+from fuselab_rl.learner_sizes import flat_items, keep_saved_sizes
 from fuselab_rl.stopping import PartnerFailed, StopSignals
 from fuselab_rl.threads import ThreadBudget
 
@@ -384,8 +384,8 @@ def _build(
     checkpoint: dict[str, Any] | None,
 ) -> TrainingHandle:
     """Threads, run directory, trainer and restore, once this process has joined its ranks."""
-    distributed.check_same_config(_flat(OmegaConf.to_container(cfg, resolve=True)))
-    threads = _resolve_threads(cfg, ranks)
+    distributed.check_same_config(dict(flat_items(OmegaConf.to_container(cfg, resolve=True))))
+    threads = resolve_threads(cfg, ranks)
     run_dir = Path(distributed.broadcast_object(str(_run_dir(cfg, checkpoint))))
     cfg.run_dir = str(run_dir)  # rank 0's (its time stamp)
     cfg.seed = cfg.seed + ranks.rank  # each rank its own episodes; rank 0's seed is saved
@@ -412,16 +412,6 @@ def _build(
     return handle
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A config as {dotted key: leaf value}."""
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        flat |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
-    return flat
-
-
 def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
     """The checkpoint ``resume`` names (None without one)."""
     if not cfg.resume:
@@ -445,7 +435,7 @@ def _check_resume(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
             )
 
 
-def _resolve_threads(cfg: DictConfig, ranks: Ranks) -> ThreadBudget:
+def resolve_threads(cfg: DictConfig, ranks: Ranks) -> ThreadBudget:
     """The thread budget of ``threads`` (this rank's share of the cores under torchrun),
     applied to torch; the env's ``num_threads`` follows."""
     threads = ThreadBudget.resolve(cfg.threads, processes=ranks.local_world_size)
