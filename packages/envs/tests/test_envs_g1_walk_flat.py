@@ -108,6 +108,21 @@ def test_overrides_compose_and_reach_the_env():
     assert "g1_walk_flat" in fuselab_envs.list_tasks()
 
 
+def test_commands_stand_turn_in_place_or_walk_in_their_shares():
+    env = fuselab_envs.make(
+        "g1_walk_flat",
+        num_envs=2000,
+        **{"commands.standing_fraction": 0.2, "commands.turning_fraction": 0.3},
+    )
+    c = env.command
+    standing = np.all(c == 0.0, axis=1)
+    turning = np.all(c[:, :2] == 0.0, axis=1) & (c[:, 2] != 0.0)
+    assert abs(standing.mean() - 0.2) < 0.04 and abs(turning.mean() - 0.3) < 0.04
+    assert np.all(np.abs(c[turning, 2]) <= 1.0) and np.abs(c[turning, 2]).max() > 0.9
+    walking = ~standing & ~turning
+    assert np.all(c[walking, :2] != 0.0)  # drawn jointly: no axis left zero
+
+
 def test_bad_override_unknown_task_and_missing_file_are_named():
     with pytest.raises(
         KeyError,
@@ -142,6 +157,11 @@ def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
             r"commands\.standing_fraction: expected >= 0 and <= 1, got 2",
         ),
         ("commands.resample_s=0", r"commands\.resample_s: expected > 0, got 0"),
+        (
+            "commands.turning_fraction=0.95",
+            r"commands\.standing_fraction \+ commands\.turning_fraction: expected <= 1, "
+            r"got 0\.1 \+ 0\.95",
+        ),
         (
             "commands.lin_vel_x=[1,-1]",
             r"commands\.lin_vel_x: expected \[low, high\], numbers with low <= high",

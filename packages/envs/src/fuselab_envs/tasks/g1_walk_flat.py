@@ -1,7 +1,7 @@
 """G1WalkFlat: the G1 follows body-frame velocity commands (vx, vy, wz) on flat ground.
 
 Commands are sampled per env and resampled every ``resample_s`` (a ``standing_fraction`` of them
-zero); resets put the robot in its standing pose with random yaw and joint noise; optional
+zero, a ``turning_fraction`` turns in place); resets put the robot in its standing pose with random yaw and joint noise; optional
 pushes kick the base velocity every ``push_interval_s``. Every reward, termination and
 observation runs in the fused kernel; the task's Python touches whole arrays only.
 """
@@ -87,9 +87,20 @@ class CommandCfg(Section):
 
     resample_s: PositiveFloat = 4.0
     standing_fraction: Fraction = 0.1  # share of commands that are zero
+    # Share that turns in place (vx = vy = 0): drawn jointly, a pure turn is rare, and a policy
+    # that never meets one stands still when asked to turn.
+    turning_fraction: Fraction = 0.0
     lin_vel_x: Interval = (-1.0, 1.0)  # m/s
     lin_vel_y: Interval = (-0.5, 0.5)  # m/s
     ang_vel_z: Interval = (-1.0, 1.0)  # rad/s
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.standing_fraction + self.turning_fraction > 1.0:
+            raise ValueError(
+                f"commands.standing_fraction + commands.turning_fraction: expected <= 1, got "
+                f"{self.standing_fraction} + {self.turning_fraction}"
+            )
 
 
 @dataclass
@@ -190,8 +201,10 @@ class G1WalkFlat(FusedEnv):
         c, k = self.commands, len(env_ids)
         for axis, (low, high) in enumerate((c.lin_vel_x, c.lin_vel_y, c.ang_vel_z)):
             self.command[env_ids, axis] = self.rng.uniform(low, high, k)
-        standing = self.rng.random(k) < c.standing_fraction
-        self.command[env_ids[standing]] = 0.0
+        kind = self.rng.random(k)  # below standing_fraction: stand; next turning_fraction: turn
+        self.command[env_ids[kind < c.standing_fraction]] = 0.0
+        turning = (kind >= c.standing_fraction) & (kind < c.standing_fraction + c.turning_fraction)
+        self.command[env_ids[turning], :2] = 0.0
         self._steps_to_resample[env_ids] = self._resample_steps
 
     def _push(self, env_ids: np.ndarray) -> None:
