@@ -1,9 +1,10 @@
 """G1WalkFlat: the G1 follows body-frame velocity commands (vx, vy, wz) on flat ground.
 
 Commands are sampled per env and resampled every ``resample_s`` (a ``standing_fraction`` of them
-zero, a ``turning_fraction`` turns in place); resets put the robot in its standing pose with random yaw and joint noise; optional
-pushes kick the base velocity every ``push_interval_s``. Every reward, termination and
-observation runs in the fused kernel; the task's Python touches whole arrays only.
+zero, a ``turning_fraction`` turning in place); resets put the robot in its standing pose with
+random yaw and joint noise; optional pushes kick the base velocity every ``push_interval_s``.
+Every reward, termination and observation runs in the fused kernel; the task's Python touches
+whole arrays only.
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class CommandCfg(Section):
 
     resample_s: PositiveFloat = 4.0
     standing_fraction: Fraction = 0.1  # share of commands that are zero
-    # Share that turns in place (vx = vy = 0): drawn jointly, a pure turn is rare, and a policy
-    # that never meets one stands still when asked to turn.
+    # Share that turns in place (vx = vy = 0): drawn jointly, a pure turn is rare, and the
+    # policy stands still when asked to turn in place (README: 0.2 did not change that).
     turning_fraction: Fraction = 0.0
     lin_vel_x: Interval = (-1.0, 1.0)  # m/s
     lin_vel_y: Interval = (-0.5, 0.5)  # m/s

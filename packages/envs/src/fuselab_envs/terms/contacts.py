@@ -125,11 +125,8 @@ def feet_air_time(
     min_command: NonNegativeFloat = 0.1,
 ):
     """At each touchdown, how much longer than ``threshold_s`` the flight was; zero when the
-    command asks to stand (legged_gym's air-time reward). Turning in place asks for steps too:
-    a yaw-rate command counts as moving, else standing still is where a turn command's
-    policy settles."""
-    planar_sq = command[i, 0] * command[i, 0] + command[i, 1] * command[i, 1]
-    if planar_sq < min_command * min_command and abs(command[i, 2]) < min_command:
+    command asks to stand (legged_gym's air-time reward)."""
+    if command[i, 0] * command[i, 0] + command[i, 1] * command[i, 1] < min_command * min_command:
         return 0.0
     total = 0.0
     for f in range(feet_first_contact.shape[1]):
