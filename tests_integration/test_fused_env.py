@@ -113,6 +113,21 @@ def test_200_random_steps_reset_and_keep_shapes():
     assert resets >= N * 200 // 25 - N  # every env times out every 25 steps at least
 
 
+def test_after_resets_the_bound_state_equals_a_full_copy():
+    # The step copies again only the rows a reset wrote; every buffer must match a full copy.
+    env = WalkerStand(episode_length_s=0.1)  # 5 steps: rows reset at different steps
+    rng = np.random.default_rng(1)
+    resets = 0
+    for _ in range(30):
+        result = env.step(rng.uniform(-1, 1, (N, 6)).astype(np.float32))
+        resets += len(result.info["reset_envs"])
+        copied = {name: array.copy() for name, array in env.robot.state().items()}
+        env.robot.update()
+        for name, array in env.robot.state().items():
+            np.testing.assert_array_equal(copied[name], array, err_msg=name)
+    assert resets >= N * 30 // 5
+
+
 def test_time_outs_are_truncations_and_reset_rows_get_fresh_observations():
     env = WalkerStand(episode_length_s=0.2, min_height_m=0.0)  # 10 steps, nobody can fall
     zeros = np.zeros((N, 6), np.float32)

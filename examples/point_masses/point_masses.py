@@ -53,11 +53,15 @@ class PointMassBackend(SimBackend):
         self._qpos[env_ids] = qpos
         self._qvel[env_ids] = qvel
 
-    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
+    # The reads fill every row, which the contract allows when asked for some (env_ids).
+
+    def copy_qpos_qvel(self, out_qpos, out_qvel, env_ids=None) -> None:
         out_qpos[:] = self._qpos
         out_qvel[:] = self._qvel
 
-    def copy_body_state_w(self, body_ids, out_pos, out_quat, out_lin_vel, out_ang_vel) -> None:
+    def copy_body_state_w(
+        self, body_ids, out_pos, out_quat, out_lin_vel, out_ang_vel, env_ids=None
+    ) -> None:
         for k, body in enumerate(body_ids):
             moving = body == 1  # the world body stays at the origin
             out_pos[:, k, :2] = self._qpos if moving else 0.0
@@ -67,7 +71,7 @@ class PointMassBackend(SimBackend):
             out_lin_vel[:, k, 2] = 0.0
             out_ang_vel[:, k] = 0.0
 
-    def copy_contact_forces(self, body_ids, out_force) -> None:
+    def copy_contact_forces(self, body_ids, out_force, env_ids=None) -> None:
         check_buffer("out_force", out_force, (self.num_envs, len(body_ids), 3))
         out_force[...] = 0.0  # a planar model without gravity or contacts
 

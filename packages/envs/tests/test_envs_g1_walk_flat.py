@@ -108,6 +108,21 @@ def test_overrides_compose_and_reach_the_env():
     assert "g1_walk_flat" in fuselab_envs.list_tasks()
 
 
+def test_after_pushes_and_resets_the_bound_state_equals_a_full_copy():
+    env = fuselab_envs.make(
+        "g1_walk_flat",
+        num_envs=6,
+        **{"env.episode_length_s": 0.3, "events.push_interval_s": 0.1},
+    )
+    rng = np.random.default_rng(2)
+    for _ in range(40):
+        env.step(rng.uniform(-1, 1, (6, 29)).astype(np.float32))
+        copied = {name: array.copy() for name, array in env.robot.state().items()}
+        env.robot.update()
+        for name, array in env.robot.state().items():
+            np.testing.assert_array_equal(copied[name], array, err_msg=name)
+
+
 def test_commands_stand_turn_in_place_or_walk_in_their_shares():
     env = fuselab_envs.make(
         "g1_walk_flat",

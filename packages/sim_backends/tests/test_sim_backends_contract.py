@@ -107,6 +107,37 @@ def test_body_states_after_a_reset_match_mujoco(backend, model):
     )
 
 
+def test_reads_of_the_rows_a_reset_wrote_equal_a_full_read(backend, model):
+    # After a reset of a few rows, a read of those rows over buffers read before it must leave
+    # the same buffers as a read of every row.
+    bodies, contacts = all_bodies(model), np.array([0, 2, 5], np.int32)
+    backend.reset_envs(np.arange(N), *random_states(model, N, np.random.default_rng(6)))
+    backend.set_controls(np.full((N, model.nu), 0.3, np.float32))
+    backend.step(SUBSTEPS)
+
+    def read(out, env_ids=None):
+        backend.copy_qpos_qvel(*out[:2], env_ids)
+        backend.copy_body_state_w(bodies, *out[2:6], env_ids)
+        backend.copy_contact_forces(contacts, out[6], env_ids)
+
+    def buffers():
+        return (*state_buffers(model, N), *body_buffers(N, model.nbody), body_buffers(N, 3)[0])
+
+    partial = buffers()
+    read(partial)
+    rows = np.array([3, 1])
+    backend.reset_envs(rows, *random_states(model, 2, np.random.default_rng(7)))
+    read(partial, rows)
+    full = buffers()
+    read(full)
+    for got, want in zip(partial, full, strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match=r"env_ids: expected ids in 0\.\.3"):
+        backend.copy_body_state_w(bodies, *body_buffers(N, model.nbody), np.array([N]))
+    with pytest.raises(TypeError, match="env_ids: expected a 1-D integer numpy array"):
+        backend.copy_qpos_qvel(*state_buffers(model, N), np.array([0.5]))
+
+
 def test_body_states_after_steps_describe_the_current_state(backend, model):
     # Engines leave body poses one substep behind qpos after a step; reads here must not.
     qpos0, qvel0 = random_states(model, N, np.random.default_rng(2))
@@ -295,6 +326,15 @@ def test_an_entity_binds_by_name_once_and_then_copies(backend, model):
     left_hip = model.jnt_dofadr[model.joint("left_hip_pitch").id]
     np.testing.assert_allclose(entity.joint_vel[:, 1], qvel[:, left_hip], atol=1e-6)
     assert set(entity.state()) >= {"body_pos_w", "joint_pos"}
+
+    # Rows a reset wrote, copied alone: the same buffers as a full copy.
+    rows = np.array([2, 0])
+    backend.reset_envs(rows, *random_states(model, 2, np.random.default_rng(8)))
+    entity.update(rows)
+    copied = {name: array.copy() for name, array in entity.state().items()}
+    entity.update()
+    for name, array in entity.state().items():
+        np.testing.assert_array_equal(copied[name], array, err_msg=name)
 
 
 def test_an_entity_names_an_unknown_body_or_joint_with_the_models_names(backend):

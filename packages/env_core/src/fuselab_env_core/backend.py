@@ -9,8 +9,12 @@ can implement it for anything else. Conventions, for every backend:
   that of its origin (not of its centre of mass);
 * bodies and joints are addressed by index in the model's order (MuJoCo's depth-first body
   order); names are resolved once, on the cold path, by :class:`fuselab_env_core.entity.Entity`;
-* bad input raises before anything is written: :func:`check_buffer`, :func:`check_reset` and
-  :func:`check_positive_int` give every implementation the same errors.
+* the ``copy_*`` reads take optional ``env_ids``: the rows the caller needs fresh (those a
+  reset wrote). A backend fills at least those and may fill every row: the caller promises
+  that its other rows already hold the backend's current state (it copied them since their
+  state last changed), so filling them again changes nothing;
+* bad input raises before anything is written: :func:`check_buffer`, :func:`check_env_ids`,
+  :func:`check_reset` and :func:`check_positive_int` give every implementation the same errors.
 """
 
 from __future__ import annotations
@@ -59,8 +63,11 @@ class SimBackend(abc.ABC):
         solver history, and run forward kinematics so reads are consistent at once."""
 
     @abc.abstractmethod
-    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
-        """Fill (num_envs, nq) and (num_envs, nv) with the generalized positions and velocities."""
+    def copy_qpos_qvel(
+        self, out_qpos: np.ndarray, out_qvel: np.ndarray, env_ids: np.ndarray | None = None
+    ) -> None:
+        """Fill (num_envs, nq) and (num_envs, nv) with the generalized positions and velocities
+        (rows ``env_ids`` at least; every row when None)."""
 
     @abc.abstractmethod
     def copy_body_state_w(
@@ -70,15 +77,19 @@ class SimBackend(abc.ABC):
         out_quat: np.ndarray,
         out_lin_vel: np.ndarray,
         out_ang_vel: np.ndarray,
+        env_ids: np.ndarray | None = None,
     ) -> None:
         """Fill (num_envs, B, 3|4|3|3) buffers with the world-frame state of bodies ``body_ids``
-        (int32, shape (B,)) in one pass."""
+        (int32, shape (B,)) in one pass (rows ``env_ids`` at least; every row when None)."""
 
     @abc.abstractmethod
-    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+    def copy_contact_forces(
+        self, body_ids: np.ndarray, out_force: np.ndarray, env_ids: np.ndarray | None = None
+    ) -> None:
         """Fill (num_envs, B, 3) ``out_force`` with the net contact force, in newtons and the
         world frame, that the rest of the world (the floor and every other body) exerts on each
-        of the bodies ``body_ids`` (int32, shape (B,)); zeros for a body in contact with nothing.
+        of the bodies ``body_ids`` (int32, shape (B,)); zeros for a body in contact with nothing
+        (rows ``env_ids`` at least; every row when None).
 
         The forces are those the solver applied during the last physics substep of the last
         :meth:`step` (MuJoCo-style engines compute them from the state that substep started
@@ -110,16 +121,23 @@ def check_positive_int(name: str, value: object) -> int:
     return int(value)
 
 
+def check_env_ids(env_ids: object, num_envs: int) -> np.ndarray:
+    """Env ids of a call: a 1-D integer array of ids in range (a read may repeat one), or a
+    clear error. Returns them as a C-contiguous int64 array."""
+    if not isinstance(env_ids, np.ndarray) or env_ids.ndim != 1 or env_ids.dtype.kind not in "iu":
+        raise TypeError(f"env_ids: expected a 1-D integer numpy array, got {env_ids!r}")
+    if env_ids.size and (env_ids.min() < 0 or env_ids.max() >= num_envs):
+        raise ValueError(f"env_ids: expected ids in 0..{num_envs - 1}, got {env_ids}")
+    return np.ascontiguousarray(env_ids, dtype=np.int64)
+
+
 def check_reset(
     env_ids: object, qpos: object, qvel: object, num_envs: int, nq: int, nv: int
 ) -> np.ndarray:
     """A ``reset_envs`` call, checked whole before a backend writes anything: ``env_ids`` a 1-D
     integer array of distinct ids in range; ``qpos``/``qvel`` buffers of the contract, one
     finite row per id. Returns the ids as int64."""
-    if not isinstance(env_ids, np.ndarray) or env_ids.ndim != 1 or env_ids.dtype.kind not in "iu":
-        raise TypeError(f"env_ids: expected a 1-D integer numpy array, got {env_ids!r}")
-    if env_ids.size and (env_ids.min() < 0 or env_ids.max() >= num_envs):
-        raise ValueError(f"env_ids: expected ids in 0..{num_envs - 1}, got {env_ids}")
+    env_ids = check_env_ids(env_ids, num_envs)
     if np.unique(env_ids).size != env_ids.size:
         raise ValueError(f"env_ids: expected distinct ids, got {env_ids}")
     for name, array, width in (("qpos", qpos, nq), ("qvel", qvel, nv)):
@@ -130,4 +148,4 @@ def check_reset(
                 f"{name}: expected finite values; rows {rows.tolist()} "
                 f"(env ids {env_ids[rows].tolist()}) are not"
             )
-    return env_ids.astype(np.int64)
+    return env_ids

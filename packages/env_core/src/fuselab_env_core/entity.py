@@ -46,21 +46,28 @@ class Entity:
         self._qpos_columns = facts.joint_qpos_adr[self.joint_ids]
         self._qvel_columns = facts.joint_qvel_adr[self.joint_ids]
 
-    def update(self) -> None:
+    def update(self, env_ids: np.ndarray | None = None) -> None:
         """Copy the current state of the bound bodies and joints, and the contact forces of the
-        contact bodies (no allocation)."""
-        self.backend.copy_body_state_w(
+        contact bodies: of every env (no allocation), or of rows ``env_ids`` (those whose state
+        was written since the last copy; the other rows must still hold the backend's state)."""
+        backend, rows = self.backend, () if env_ids is None else (env_ids,)
+        backend.copy_body_state_w(
             self.body_ids,
             self.body_pos_w,
             self.body_quat_w,
             self.body_lin_vel_w,
             self.body_ang_vel_w,
+            *rows,
         )
         if self.contact_body_names:
-            self.backend.copy_contact_forces(self.contact_body_ids, self.contact_force_w)
-        self.backend.copy_qpos_qvel(self.qpos, self.qvel)
-        np.take(self.qpos, self._qpos_columns, axis=1, out=self.joint_pos)
-        np.take(self.qvel, self._qvel_columns, axis=1, out=self.joint_vel)
+            backend.copy_contact_forces(self.contact_body_ids, self.contact_force_w, *rows)
+        backend.copy_qpos_qvel(self.qpos, self.qvel, *rows)
+        if env_ids is None:
+            np.take(self.qpos, self._qpos_columns, axis=1, out=self.joint_pos)
+            np.take(self.qvel, self._qvel_columns, axis=1, out=self.joint_vel)
+        else:
+            self.joint_pos[env_ids] = self.qpos[env_ids][:, self._qpos_columns]
+            self.joint_vel[env_ids] = self.qvel[env_ids][:, self._qvel_columns]
 
     def state(self) -> dict[str, np.ndarray]:
         """The buffers by the names terms use for them (``contact_force_w`` only when the entity

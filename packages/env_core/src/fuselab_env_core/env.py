@@ -7,7 +7,7 @@ commands and events, observations)::
     -> score (fused: preamble, rewards, terminations) -> failure statistics
     -> advance (hook: commands, motion frame, clip end, events)
     -> observe the done rows (their terminal observations) -> reset the done rows
-    -> body copy, if advance or a reset wrote physics state -> observe every row
+    -> copy of the rows advance or a reset wrote -> observe every row
 
 so a row's observation never depends on what other rows do in the step: it always shows the
 state after advance (the next command, the next reference frame), whether or not another row
@@ -112,7 +112,7 @@ class FusedEnv:
         self._obs_finite = np.ones(n, np.bool_)  # rows whose observations are finite
         self._obs_row_sum = np.zeros(n, np.float32)
         self._done = np.zeros(n, np.bool_)
-        self._bodies_stale = False  # physics state written since the last body copy
+        self._stale_rows = np.zeros(n, np.bool_)  # physics state written since the last copy
         robot.update()
         state = {
             **robot.state(),
@@ -177,9 +177,10 @@ class FusedEnv:
 
     def write_state(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Set the physics state of ``env_ids`` (a push, a teleport onto a reference); the bound
-        body states are copied again before the step's observations."""
+        body states of those rows are copied again before the step's observations. Tasks write
+        physics state only through here: a row written past it would keep its old copy."""
         self.backend.reset_envs(env_ids, qpos, qvel)
-        self._bodies_stale = True
+        self._stale_rows[env_ids] = True
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -194,6 +195,7 @@ class FusedEnv:
         self._apply(actions)
         self.backend.step(self.decimation)
         self.robot.update()
+        self._stale_rows.fill(False)  # every row is fresh
         self.episode_step += 1
         self._check_state()
         self.terms.sample_noise(self.rng)  # drawn before any reset: no row's depends on another
@@ -290,9 +292,13 @@ class FusedEnv:
         return np.union1d(done, broken)
 
     def _copy_bodies_if_stale(self) -> None:
-        if self._bodies_stale:
+        """Copy again the rows whose physics state was written since the step's copy (resets,
+        pushes): the others hold what the backend holds."""
+        if self._stale_rows.all():  # reset_all
             self.robot.update()
-            self._bodies_stale = False
+        elif self._stale_rows.any():
+            self.robot.update(np.flatnonzero(self._stale_rows))
+        self._stale_rows.fill(False)
 
     def _reset(self, env_ids: np.ndarray) -> None:
         qpos, qvel = self.reset_state(env_ids)

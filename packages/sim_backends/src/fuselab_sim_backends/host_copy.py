@@ -21,6 +21,7 @@ from fuselab_env_core.backend import check_buffer
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def copy_body_states(
+    envs,
     rows,
     pos,
     quat,
@@ -33,13 +34,15 @@ def copy_body_states(
     out_lin_vel,
     out_ang_vel,
 ):
-    """Gather bodies ``rows`` (indices into the second axis of the inputs) for every env.
+    """Gather bodies ``rows`` (indices into the second axis of the inputs) for envs ``envs``
+    (indices into the first axis: every env, or the few a reset wrote).
 
     ``pos``/``quat``/``ang_vel``/``lin_vel``: (N, bodies, 3|4|3|3), any float dtype and strides.
     ``lin_vel`` is the velocity of point ``ref_points[i, ref_rows[row]]``, or of the body origin
     itself when ``ref_points`` is None (Numba then compiles the copy without the shift).
     """
-    for i in numba.prange(out_pos.shape[0]):
+    for j in numba.prange(envs.shape[0]):
+        i = envs[j]
         for k in range(rows.shape[0]):
             b = rows[k]
             for c in range(3):

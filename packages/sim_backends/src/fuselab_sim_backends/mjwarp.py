@@ -47,7 +47,13 @@ import mujoco_warp as mjw
 import numpy as np
 import warp as wp
 
-from fuselab_env_core.backend import SimBackend, check_buffer, check_positive_int, check_reset
+from fuselab_env_core.backend import (
+    SimBackend,
+    check_buffer,
+    check_env_ids,
+    check_positive_int,
+    check_reset,
+)
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
@@ -135,6 +141,7 @@ class MjWarpBackend(SimBackend):
 
     def __init__(self, mjcf: str | Path, num_envs: int, device: str | None = None):
         self.num_envs = check_positive_int("num_envs", num_envs)
+        self._all_envs = np.arange(self.num_envs)
         wp.init()
         wp_device = _resolve_device(device)
         self.device = str(wp_device)
@@ -349,9 +356,12 @@ class MjWarpBackend(SimBackend):
         self._state_host_stale = True
         self._contact_host_stale = True
 
-    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
+    def copy_qpos_qvel(self, out_qpos, out_qvel, env_ids=None) -> None:
+        """Every row (the device copy is whole either way)."""
         check_buffer("out_qpos", out_qpos, (self.num_envs, self.model.nq))
         check_buffer("out_qvel", out_qvel, (self.num_envs, self.model.nv))
+        if env_ids is not None:
+            check_env_ids(env_ids, self.num_envs)
         if self._state_host_stale:
             wp.copy(self._qpos_h, self._d.qpos)
             wp.copy(self._qvel_h, self._d.qvel)
@@ -367,6 +377,7 @@ class MjWarpBackend(SimBackend):
         out_quat: np.ndarray,
         out_lin_vel: np.ndarray,
         out_ang_vel: np.ndarray,
+        env_ids: np.ndarray | None = None,
     ) -> None:
         check_body_buffers(
             self.num_envs,
@@ -377,8 +388,10 @@ class MjWarpBackend(SimBackend):
             out_lin_vel,
             out_ang_vel,
         )
+        envs = self._all_envs if env_ids is None else check_env_ids(env_ids, self.num_envs)
         self._sync_body_host()
         copy_body_states(
+            envs,
             body_ids,
             self._xpos,
             self._xquat,
@@ -392,8 +405,11 @@ class MjWarpBackend(SimBackend):
             out_ang_vel,
         )
 
-    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+    def copy_contact_forces(self, body_ids, out_force, env_ids=None) -> None:
+        """Every row (the device copy is whole either way)."""
         check_contact_buffers(self.num_envs, body_ids, self.mj_model.nbody, out_force)
+        if env_ids is not None:
+            check_env_ids(env_ids, self.num_envs)
         if self._contact_host_stale:
             wp.copy(self._cleared_d, self._cleared_h)
             self._launch("contact_forces", self._record_contact_forces)

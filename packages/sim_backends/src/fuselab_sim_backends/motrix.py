@@ -71,6 +71,7 @@ from fuselab_env_core.backend import (
     ModelFacts,
     SimBackend,
     check_buffer,
+    check_env_ids,
     check_positive_int,
     check_reset,
 )
@@ -190,9 +191,13 @@ class MotrixBackend(SimBackend):
             reset_overrides=False,
         )
 
-    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
+    # The reads fill every row: MotrixSim's getters read whole batches.
+
+    def copy_qpos_qvel(self, out_qpos, out_qvel, env_ids=None) -> None:
         check_buffer("out_qpos", out_qpos, (self.num_envs, self.model.nq))
         check_buffer("out_qvel", out_qvel, (self.num_envs, self.model.nv))
+        if env_ids is not None:
+            check_env_ids(env_ids, self.num_envs)
         _gather(self._data.dof_pos, self._mx_qpos_col, out_qpos)
         _gather(self._data.dof_vel, self._mx_qvel_col, out_qvel)
 
@@ -203,11 +208,14 @@ class MotrixBackend(SimBackend):
         out_quat: np.ndarray,
         out_lin_vel: np.ndarray,
         out_ang_vel: np.ndarray,
+        env_ids: np.ndarray | None = None,
     ) -> None:
         num_bodies = len(self.model.body_names)
         check_body_buffers(
             self.num_envs, body_ids, num_bodies, out_pos, out_quat, out_lin_vel, out_ang_vel
         )
+        if env_ids is not None:
+            check_env_ids(env_ids, self.num_envs)
         if body_ids.shape[0] == 0:
             return
         if num_bodies > 1:
@@ -235,9 +243,11 @@ class MotrixBackend(SimBackend):
         _gather(self._lin_vel, body_ids, out_lin_vel)
         _gather(self._ang_vel, body_ids, out_ang_vel)
 
-    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+    def copy_contact_forces(self, body_ids, out_force, env_ids=None) -> None:
         num_bodies = len(self.model.body_names)
         check_contact_buffers(self.num_envs, body_ids, num_bodies, out_force)
+        if env_ids is not None:
+            check_env_ids(env_ids, self.num_envs)
         if body_ids.shape[0] == 0:
             return
         force = self._contact_force

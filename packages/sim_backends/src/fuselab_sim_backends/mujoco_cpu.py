@@ -37,7 +37,13 @@ import numba
 import numpy as np
 from mujoco import rollout
 
-from fuselab_env_core.backend import SimBackend, check_buffer, check_positive_int, check_reset
+from fuselab_env_core.backend import (
+    SimBackend,
+    check_buffer,
+    check_env_ids,
+    check_positive_int,
+    check_reset,
+)
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
@@ -154,15 +160,21 @@ class MujocoBackend(SimBackend):
         self._contact_force[env_ids] = 0.0  # no step since: no contact force yet
         forward_kinematics(self._tree, self._qpos, self._qvel, env_ids, self._body_states)
 
-    def copy_qpos_qvel(self, out_qpos: np.ndarray, out_qvel: np.ndarray) -> None:
-        nq, nv = self.model.nq, self.model.nv
-        check_buffer("out_qpos", out_qpos, (self.num_envs, nq))
-        check_buffer("out_qvel", out_qvel, (self.num_envs, nv))
+    def copy_qpos_qvel(self, out_qpos, out_qvel, env_ids=None) -> None:
+        check_buffer("out_qpos", out_qpos, (self.num_envs, self.model.nq))
+        check_buffer("out_qvel", out_qvel, (self.num_envs, self.model.nv))
         with np.errstate(over="ignore"):  # a diverged env reads inf; the env reports it
-            np.copyto(out_qpos, self._state[:, 1 : 1 + nq], casting="same_kind")
-            np.copyto(out_qvel, self._state[:, 1 + nq : 1 + nq + nv], casting="same_kind")
+            if env_ids is None:
+                np.copyto(out_qpos, self._qpos, casting="same_kind")
+                np.copyto(out_qvel, self._qvel, casting="same_kind")
+            else:
+                env_ids = check_env_ids(env_ids, self.num_envs)
+                out_qpos[env_ids] = self._qpos[env_ids]
+                out_qvel[env_ids] = self._qvel[env_ids]
 
-    def copy_body_state_w(self, body_ids, out_pos, out_quat, out_lin_vel, out_ang_vel) -> None:
+    def copy_body_state_w(
+        self, body_ids, out_pos, out_quat, out_lin_vel, out_ang_vel, env_ids=None
+    ) -> None:
         check_body_buffers(
             self.num_envs,
             body_ids,
@@ -173,6 +185,7 @@ class MujocoBackend(SimBackend):
             out_ang_vel,
         )
         copy_body_states(
+            self._envs(env_ids),
             body_ids,
             self._body_pos,
             self._body_quat,
@@ -186,15 +199,19 @@ class MujocoBackend(SimBackend):
             out_ang_vel,
         )
 
-    def copy_contact_forces(self, body_ids: np.ndarray, out_force: np.ndarray) -> None:
+    def copy_contact_forces(self, body_ids, out_force, env_ids=None) -> None:
         check_contact_buffers(self.num_envs, body_ids, len(self.model.body_names), out_force)
-        _gather_contact_forces(body_ids, self._contact_slots, self._contact_force, out_force)
+        envs = self._envs(env_ids)
+        _gather_contact_forces(envs, body_ids, self._contact_slots, self._contact_force, out_force)
 
     def close(self) -> None:
         """Stop the rollout thread pool (also done when the backend is garbage collected)."""
         self._pool.close()
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _envs(self, env_ids: np.ndarray | None) -> np.ndarray:
+        return self._all_envs if env_ids is None else check_env_ids(env_ids, self.num_envs)
 
     def _buffers_for(self, substeps: int):
         substeps = check_positive_int("substeps", substeps)
@@ -250,10 +267,12 @@ def _net_contact_force_intprm() -> tuple[int, ...]:
 
 
 @numba.njit(parallel=True, cache=True)
-def _gather_contact_forces(body_ids, slots, forces, out):
-    """``out[i, k]``: the net contact force on body ``body_ids[k]`` in env ``i``, from the
-    per-slot forces (N, slots, 3) (any float dtype and strides) and the slot of each body."""
-    for i in numba.prange(out.shape[0]):
+def _gather_contact_forces(envs, body_ids, slots, forces, out):
+    """``out[i, k]``: the net contact force on body ``body_ids[k]`` in each env ``i`` of
+    ``envs``, from the per-slot forces (N, slots, 3) (any float dtype and strides) and the slot
+    of each body."""
+    for j in numba.prange(envs.shape[0]):
+        i = envs[j]
         for k in range(body_ids.shape[0]):
             slot = slots[body_ids[k]]
             for c in range(3):
