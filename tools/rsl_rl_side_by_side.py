@@ -50,13 +50,12 @@ from tensordict import TensorDict
 from fuselab_envs.registry import make_env
 from fuselab_rl.distributed import SINGLE
 from fuselab_rl.episode_stats import EpisodeStats
-from fuselab_rl.evaluate import EVALUATORS
+from fuselab_rl.evaluate import EVALUATORS, evaluate_policy
 from fuselab_rl.ppo import POLICY_KEYS, PPOCfg, network_kwargs
 from fuselab_rl.runner import compose_config, resolve_device, resolve_threads, validate_config
 
 log = logging.getLogger("rsl_rl_side_by_side")
 
-EVAL_ENVS, EVAL_SECONDS, EVAL_SEED = 256, 10.0, 0  # fuselab-eval's defaults
 # Where each algo.* setting of fuselab goes in rsl_rl: the runner, PPO(...) (same names), the
 # VecEnv (action clipping, as Isaac Lab's wrapper does it) or the two MLPModels.
 RUNNER_KEYS = ("num_steps_per_env",)
@@ -242,24 +241,16 @@ def evaluate_checkpoints(
     for path in paths:
         infos = runner.load(str(path), load_cfg={"actor": True}, map_location="cpu")
         policy = mean_action(runner.get_inference_policy(device="cpu"), clip)
-        eval_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # as saved
-        assert isinstance(eval_cfg, DictConfig)
-        eval_cfg.num_envs, eval_cfg.backend, eval_cfg.seed = EVAL_ENVS, "mujoco", EVAL_SEED
-        metrics = EVALUATORS[cfg.task_name](eval_cfg, policy, EVAL_SECONDS, EVAL_SEED)
-        rows.append(
-            {
-                "task": cfg.task_name,
-                "checkpoint": str(path),
-                "iteration": infos["iteration"],
-                "env_steps": infos["env_steps"],
-                "train_wall_s": infos["wall_s"],
-                "num_envs": EVAL_ENVS,
-                "seconds": EVAL_SECONDS,
-                "seed": EVAL_SEED,
-                "metrics": metrics,
-            }
-        )
-        log.info("%s: %s", path.name, json.dumps(metrics))
+        row = {
+            "task": cfg.task_name,
+            "checkpoint": str(path),
+            "iteration": infos["iteration"],
+            "env_steps": infos["env_steps"],
+            "train_wall_s": infos["wall_s"],
+            **evaluate_policy(cfg, policy),  # fuselab-eval's defaults
+        }
+        rows.append(row)
+        log.info("%s: %s", path.name, json.dumps(row["metrics"]))
     return rows
 
 

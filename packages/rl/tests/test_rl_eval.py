@@ -10,19 +10,23 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 from rl_fake_env import SMALL_PPO, use_fake_env
 
 import fuselab_envs
+from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.evaluate import (
     COMMAND_KINDS,
     TrackingErrors,
     VelocityErrors,
     evaluate,
+    evaluate_policy,
     format_report,
     heading_frame_velocity,
     walk_commands,
     write_report,
 )
+from fuselab_rl.play import load_policy
 from fuselab_rl.runner import compose_config, create_training_handle
 
 RANGES = {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-0.5, 0.5], "ang_vel_z": [-1.0, 1.0]}
@@ -137,6 +141,21 @@ def test_a_walk_checkpoint_is_rolled_out_and_reported(walk_run, tmp_path):
     assert "lin_vel_rms_mps" in format_report(report)
     assert write_report(report, tmp_path / "eval.json").read_text().startswith("{")
     assert evaluate(walk_run, num_envs=10, seconds=0.2) == report  # deterministic
+
+
+def test_any_policy_on_a_composed_config_is_measured_like_a_checkpoint(walk_run):
+    # What the rsl-rl-lib side-by-side does: its own policy, the composed (unresolved) config.
+    checkpoint = load_checkpoint(walk_run, field="run")
+    policy = load_policy(checkpoint, "run")
+    cfg = fuselab_envs.compose("g1_walk_flat", ["num_envs=4"])
+    before = OmegaConf.to_yaml(cfg)
+    composed = evaluate_policy(cfg, policy, num_envs=10, seconds=0.2)
+    assert OmegaConf.to_yaml(cfg) == before  # the caller's config is left as it was
+    saved = evaluate_policy(checkpoint["config"], policy, num_envs=10, seconds=0.2)
+    assert composed == saved
+    assert saved["metrics"] == evaluate(walk_run, num_envs=10, seconds=0.2)["metrics"]
+    with pytest.raises(ValueError, match="task_name: fuselab-eval measures g1_walk_flat"):
+        evaluate_policy({**checkpoint["config"], "task_name": "cartpole"}, policy)
 
 
 def test_bad_input_is_named(monkeypatch, tmp_path):

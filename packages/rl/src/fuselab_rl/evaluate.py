@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from fuselab_rl.play import load_policy
 log = logging.getLogger(__name__)
 
 SETTLE_S = 1.0  # walk: seconds from the start before velocities are measured
+NUM_ENVS, SECONDS, SEED = 256, 10.0, 0  # the defaults (configs/eval.yaml gives the CLI the same)
 COMMAND_KINDS = ("forward", "backward", "lateral", "turning", "standing")
 MIN_COMMAND_FRACTION = 0.25  # a kind's command is at least this share of its range's end
 
@@ -248,17 +249,14 @@ EVALUATORS: dict[str, Callable[[DictConfig, Callable, float, int], dict]] = {
 def evaluate(
     source: str | Path,
     *,
-    num_envs: int = 256,
-    seconds: float = 10.0,
-    seed: int = 0,
+    num_envs: int = NUM_ENVS,
+    seconds: float = SECONDS,
+    seed: int = SEED,
     field_name: str = "run",
 ) -> dict[str, Any]:
     """Evaluate the policy of ``source`` (a run directory: its latest checkpoint, or a
     checkpoint file); returns the report (see the module docstring)."""
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs: expected an int >= 1, got {num_envs!r}")
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-        raise ValueError(f"seconds: expected a number > 0, got {seconds!r}")
+    _check_window(num_envs, seconds)
     checkpoint = load_checkpoint(source, field=field_name)
     task = checkpoint["config"]["task_name"]
     if task not in EVALUATORS:
@@ -268,23 +266,58 @@ def evaluate(
         )
     started = time.perf_counter()
     policy = load_policy(checkpoint, field_name)
-    cfg = OmegaConf.create(checkpoint["config"])
-    assert isinstance(cfg, DictConfig)
-    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
-    metrics = EVALUATORS[task](cfg, policy, float(seconds), seed)
     report = {
         "task": task,
         "checkpoint": checkpoint["path"],
         "iteration": checkpoint["iteration"],
         "env_steps": checkpoint.get("env_steps"),
         "train_wall_s": checkpoint.get("wall_s"),
-        "num_envs": num_envs,
-        "seconds": float(seconds),
-        "seed": seed,
-        "metrics": metrics,
+        **evaluate_policy(
+            checkpoint["config"], policy, num_envs=num_envs, seconds=seconds, seed=seed
+        ),
     }
     log.info("eval %s: %.1f s", checkpoint["path"], time.perf_counter() - started)
     return report
+
+
+def evaluate_policy(
+    config: Mapping[str, Any] | DictConfig,
+    policy: Callable,
+    *,
+    num_envs: int = NUM_ENVS,
+    seconds: float = SECONDS,
+    seed: int = SEED,
+) -> dict[str, Any]:
+    """fuselab-eval's measurement of any ``policy`` (actor observations (B, D) -> actions
+    (B, A), torch tensors) on the task of ``config`` (a run's config: resolved into a copy, as
+    checkpoints save it): the report's task, window and metrics."""
+    _check_window(num_envs, seconds)
+    resolved = (
+        OmegaConf.to_container(config, resolve=True)
+        if isinstance(config, DictConfig)
+        else dict(config)
+    )
+    cfg = OmegaConf.create(resolved)
+    assert isinstance(cfg, DictConfig)
+    if cfg.task_name not in EVALUATORS:
+        raise ValueError(
+            f"task_name: fuselab-eval measures {', '.join(EVALUATORS)}, not {cfg.task_name!r}"
+        )
+    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
+    return {
+        "task": cfg.task_name,
+        "num_envs": num_envs,
+        "seconds": float(seconds),
+        "seed": seed,
+        "metrics": EVALUATORS[cfg.task_name](cfg, policy, float(seconds), seed),
+    }
+
+
+def _check_window(num_envs: object, seconds: object) -> None:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs: expected an int >= 1, got {num_envs!r}")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"seconds: expected a number > 0, got {seconds!r}")
 
 
 def format_report(report: dict[str, Any]) -> str:
