@@ -36,11 +36,10 @@ def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[st
     {dotted key: value} of what was chosen. A table key that ``algo`` has not is an error (a
     misspelt size would otherwise never be used)."""
     algo, kind = cfg.algo, device_kind(device)
-    tables = [f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}"]
-    for table in tables:
-        for key, _ in flat_items(_container(OmegaConf.select(algo, table))):
-            if OmegaConf.select(algo, key, default=_ABSENT) is _ABSENT:
-                raise ValueError(f"algo.{table}.{key}: algo has no key {key} to size")
+    tables = _tables(cfg, kind)
+    for table, key in _table_entries(cfg, kind):
+        if OmegaConf.select(algo, key, default=_ABSENT) is _ABSENT:
+            raise ValueError(f"algo.{table}.{key}: algo has no key {key} to size")
     chosen: dict[str, Any] = {}
     for key in auto_keys(algo):
         values = [OmegaConf.select(algo, f"{t}.{key}", default=_ABSENT) for t in tables]
@@ -58,12 +57,7 @@ def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[st
 def describe_sizes(cfg: DictConfig, chosen: dict[str, Any], device: torch.device | str) -> str:
     """One log line: every sized key of the device's tables, chosen or set in the config."""
     kind = device_kind(device)
-    tables = [f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}"]
-    sized = [
-        key
-        for table in tables
-        for key, _ in flat_items(_container(OmegaConf.select(cfg.algo, table)))
-    ]
+    sized = [key for _, key in _table_entries(cfg, kind)]
     sized = list(dict.fromkeys([*sized, *chosen]))  # once each, in table order
     values = ", ".join(
         f"{key} {_plain(OmegaConf.select(cfg.algo, key))}"
@@ -91,6 +85,21 @@ def flat_items(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
         leaf
         for key, value in tree.items()
         for leaf in flat_items(value, f"{prefix}.{key}" if prefix else str(key))
+    ]
+
+
+def _tables(cfg: DictConfig, kind: str) -> list[str]:
+    """Where an ``auto`` is looked up, the first that holds it wins: the task's table, then the
+    device's."""
+    return [f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}"]
+
+
+def _table_entries(cfg: DictConfig, kind: str) -> list[tuple[str, str]]:
+    """(table, dotted key) of every size the tables of ``kind`` hold."""
+    return [
+        (table, key)
+        for table in _tables(cfg, kind)
+        for key, _ in flat_items(_container(OmegaConf.select(cfg.algo, table)))
     ]
 
 

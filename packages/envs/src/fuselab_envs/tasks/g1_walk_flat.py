@@ -203,9 +203,8 @@ class G1WalkFlat(FusedEnv):
         for axis, (low, high) in enumerate((c.lin_vel_x, c.lin_vel_y, c.ang_vel_z)):
             self.command[env_ids, axis] = self.rng.uniform(low, high, k)
         kind = self.rng.random(k)  # below standing_fraction: stand; next turning_fraction: turn
-        self.command[env_ids[kind < c.standing_fraction]] = 0.0
-        turning = (kind >= c.standing_fraction) & (kind < c.standing_fraction + c.turning_fraction)
-        self.command[env_ids[turning], :2] = 0.0
+        self.command[env_ids[kind < c.standing_fraction + c.turning_fraction], :2] = 0.0
+        self.command[env_ids[kind < c.standing_fraction], 2] = 0.0
         self._steps_to_resample[env_ids] = self._resample_steps
 
     def _push(self, env_ids: np.ndarray) -> None:
