@@ -74,6 +74,7 @@ PPO_KEYS = (
     "max_grad_norm",
 )
 VEC_ENV_KEYS = ("clip_actions",)
+OFF_IN_RSL_RL = {"smoothness_coef": 0.0}  # fuselab-only terms, compared only when switched off
 MODEL_KEYS = (
     "actor_hidden_dims",
     "critic_hidden_dims",
@@ -137,7 +138,14 @@ def rsl_rl_train_cfg(algo_cfg: DictConfig, save_interval: int) -> tuple[dict, fl
     first), and the action clip the VecEnv applies."""
     algo = dataclasses.asdict(PPOCfg.from_config(algo_cfg))  # every setting, defaults filled
     policy = network_kwargs(algo_cfg)
-    unmapped = [f"algo.{k}" for k in algo if k not in (*RUNNER_KEYS, *PPO_KEYS, *VEC_ENV_KEYS)]
+    for key, off in OFF_IN_RSL_RL.items():
+        if algo[key] != off:
+            raise ValueError(
+                f"algo.{key}: {algo[key]} set, but rsl_rl has no such term; "
+                f"add algo.{key}={off} to compare the two PPOs"
+            )
+    mapped = (*RUNNER_KEYS, *PPO_KEYS, *VEC_ENV_KEYS, *OFF_IN_RSL_RL)
+    unmapped = [f"algo.{k}" for k in algo if k not in mapped]
     unmapped += [f"algo.policy.{k}" for k in POLICY_KEYS if k not in MODEL_KEYS]
     if unmapped:
         raise ValueError(f"{unmapped[0]}: a fuselab PPO setting with no rsl_rl counterpart")

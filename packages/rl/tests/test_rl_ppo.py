@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from rl_fake_env import SMALL_PPO, FakeEnv, use_fake_env
 
 from fuselab_rl.networks import ActorCritic, EmpiricalNormalization
-from fuselab_rl.ppo import PPO, PPOCfg, PPOTrainer, compute_gae
+from fuselab_rl.ppo import PPO, PPOCfg, PPOTrainer, _temporal_smoothness, compute_gae
 from fuselab_rl.runner import compose_config
 from fuselab_rl.storage import RolloutStorage
 from fuselab_rl.threads import ThreadBudget
@@ -84,6 +84,65 @@ def test_mini_batches_visit_every_sample_once_per_epoch():
         torch.testing.assert_close(seen, torch.arange(24.0))
     with pytest.raises(ValueError, match=r"algo.num_mini_batches: expected 1..24"):
         next(storage.mini_batches(25, 1, generator))
+
+
+def test_whole_env_mini_batches_hold_every_step_of_their_envs_step_major():
+    storage = RolloutStorage(4, 6, 1, 1, 1, torch.device("cpu"))
+    storage.actor_obs[:] = torch.arange(24.0).reshape(4, 6, 1)  # value = t * 6 + env
+    storage.dones[1, 2] = 1.0
+    batches = list(storage.mini_batches(3, 2, torch.Generator().manual_seed(0), whole_envs=True))
+    assert len(batches) == 6 and all(b.steps == 4 for b in batches)
+    for epoch in (batches[:3], batches[3:]):
+        envs = torch.cat([b.actor_obs.view(4, 2)[0] for b in epoch]).sort().values
+        torch.testing.assert_close(envs, torch.arange(6.0))  # each env in one batch
+    for batch in batches:
+        obs = batch.actor_obs.view(4, 2)
+        torch.testing.assert_close(obs[1:] - obs[:-1], torch.full((3, 2), 6.0))  # next step
+        torch.testing.assert_close(batch.dones.view(4, 2), storage.dones[:, obs[0].long()])
+    with pytest.raises(ValueError, match=r"algo.num_mini_batches: expected 1..6 \(envs\)"):
+        next(storage.mini_batches(7, 1, torch.Generator(), whole_envs=True))
+
+
+def test_the_smoothness_term_skips_the_step_across_an_episode_end():
+    storage = RolloutStorage(3, 2, 1, 1, 1, torch.device("cpu"))
+    storage.actor_obs[:] = torch.arange(2.0)[:, None]  # value = env
+    storage.dones[0, 1] = 1.0  # env 1 starts a new episode at step 1
+    (batch,) = storage.mini_batches(1, 1, torch.Generator().manual_seed(0), whole_envs=True)
+    mean = torch.zeros(3, 2, 1)  # (step, env, action)
+    mean[1:, 1] = 5.0  # env 1 jumps only where its episode ended
+    mean[2, 0] = 1.0  # env 0 changes by 1 once, within its episode
+    in_batch_order = mean[:, batch.actor_obs.view(3, 2)[0].long()].reshape(6, 1)
+    smoothness = _temporal_smoothness(in_batch_order, batch)
+    assert smoothness.item() == pytest.approx(1.0 / 3.0)  # pairs: env 0 two, env 1 one
+
+
+def test_the_smoothness_term_makes_the_mean_action_change_less_between_steps():
+    torch.manual_seed(0)
+    storage = RolloutStorage(8, 16, 3, 3, 2, torch.device("cpu"))
+    storage.actor_obs[:] = torch.randn(8, 16, 3)  # observations that jump from step to step
+    storage.step = 8
+
+    def mean_change(policy):
+        with torch.no_grad():
+            means = policy.action_mean(storage.actor_obs)
+        return (means[1:] - means[:-1]).square().sum(-1).mean().item()
+
+    changes = {}
+    for coef in (0.0, 1.0):
+        torch.manual_seed(1)
+        policy = ActorCritic(3, 3, 2, actor_hidden_dims=[16], critic_hidden_dims=[16])
+        before = mean_change(policy)
+        with torch.no_grad():
+            dist = policy.distribution(storage.actor_obs)
+            storage.actions.copy_(dist.sample())
+            storage.log_probs.copy_(dist.log_prob(storage.actions).sum(-1))
+            storage.action_mean.copy_(dist.mean)
+            storage.action_std.copy_(dist.stddev)
+        ppo = PPO(policy, PPOCfg(smoothness_coef=coef, learning_rate=1e-2))
+        metrics = ppo.update(storage, torch.Generator().manual_seed(0))
+        changes[coef] = mean_change(policy) / before
+        assert ("Loss/smoothness" in metrics) == (coef > 0.0)
+    assert changes[1.0] < 0.5 * changes[0.0]
 
 
 def test_adaptive_learning_rate_shrinks_on_large_kl_and_grows_on_small():

@@ -40,7 +40,7 @@ from fuselab_env_core.ranges import (
 from fuselab_rl import distributed
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.networks import ACTIVATIONS, ActorCritic
-from fuselab_rl.storage import RolloutStorage
+from fuselab_rl.storage import MiniBatch, RolloutStorage
 from fuselab_rl.threads import ThreadBudget
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,7 @@ class PPOCfg(Section):
     use_clipped_value_loss: bool = True
     entropy_coef: NonNegativeFloat = 0.01
     max_grad_norm: PositiveFloat = 1.0
+    smoothness_coef: NonNegativeFloat = 0.0
     clip_actions: PositiveFloat | None = None
 
     @classmethod
@@ -151,10 +152,15 @@ class PPO:
 
     def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
         cfg = self.cfg
-        sums = dict.fromkeys(("surrogate", "value", "entropy", "kl", "clip_fraction", "lr"), 0.0)
+        sums = dict.fromkeys(
+            ("surrogate", "value", "entropy", "smoothness", "kl", "clip_fraction", "lr"), 0.0
+        )
         allreduce_s = 0.0  # under torchrun: the time spent averaging over the ranks
         batches = 0
-        for batch in storage.mini_batches(cfg.num_mini_batches, cfg.num_learning_epochs, generator):
+        smoothing = cfg.smoothness_coef > 0.0  # a loss over consecutive steps: whole-env batches
+        for batch in storage.mini_batches(
+            cfg.num_mini_batches, cfg.num_learning_epochs, generator, whole_envs=smoothing
+        ):
             dist = self.policy.distribution(batch.actor_obs)
             log_probs = dist.log_prob(batch.actions).sum(-1)
             values = self.policy.value(batch.critic_obs)
@@ -187,6 +193,10 @@ class PPO:
                 value_loss = (values - batch.returns).square().mean()
 
             loss = surrogate_loss + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+            if smoothing:
+                smoothness = _temporal_smoothness(dist.mean, batch)
+                loss = loss + cfg.smoothness_coef * smoothness
+                sums["smoothness"] += smoothness.item()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             started = time.perf_counter()
@@ -202,10 +212,12 @@ class PPO:
             sums["kl"] += kl.item()
             sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
         means = {k: v / max(batches, 1) for k, v in sums.items()}
+        smoothness = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
         return {
             "Loss/surrogate": means["surrogate"],
             "Loss/value": means["value"],
             "Loss/entropy": means["entropy"],
+            **smoothness,
             "Policy/kl": means["kl"],
             "Policy/clip_fraction": means["clip_fraction"],
             # The adaptive schedule moves the rate every mini-batch against the KL to the
@@ -225,6 +237,19 @@ class PPO:
             self.learning_rate = min(MAX_LEARNING_RATE, self.learning_rate * 1.5)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
+
+
+def _temporal_smoothness(mean: torch.Tensor, batch: MiniBatch) -> torch.Tensor:
+    """How much the mean action changes from one step to the next within an episode: the
+    squared change summed over joints, averaged over consecutive pairs of a whole-env batch
+    (CAPS's temporal term, Mysore et al. 2021). Unlike an action-rate reward it sees the
+    policy's mean, not the exploration noise, so it damps the chatter a deterministic policy
+    shows on a robot without making exploration expensive."""
+    assert batch.steps is not None, "the smoothness term needs whole-env mini-batches"
+    mean = mean.view(batch.steps, -1, mean.shape[-1])
+    same_episode = 1.0 - batch.dones.view(batch.steps, -1)[:-1]
+    change = (mean[1:] - mean[:-1]).square().sum(-1)
+    return (change * same_episode).sum() / same_episode.sum().clamp(min=1.0)
 
 
 def _gaussian_kl(

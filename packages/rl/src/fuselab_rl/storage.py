@@ -23,6 +23,8 @@ class MiniBatch:
     old_std: torch.Tensor
     returns: torch.Tensor
     advantages: torch.Tensor
+    dones: torch.Tensor
+    steps: int | None  # whole-env batches: rows step-major, `steps` of each env; None: shuffled
 
 
 class RolloutStorage:
@@ -83,16 +85,24 @@ class RolloutStorage:
         self.step = 0
 
     def mini_batches(
-        self, num_mini_batches: int, num_epochs: int, generator: torch.Generator
+        self,
+        num_mini_batches: int,
+        num_epochs: int,
+        generator: torch.Generator,
+        *,
+        whole_envs: bool = False,
     ) -> Iterator[MiniBatch]:
         """``num_epochs`` passes over the rollout, each in a fresh random order (``generator``
-        makes the order part of the trainer's reproducible state)."""
-        total = self.num_steps * self.num_envs
-        if not 1 <= num_mini_batches <= total:
+        makes the order part of the trainer's reproducible state). A mini-batch holds random
+        samples, or with ``whole_envs`` every step of a random subset of the envs, step-major
+        (what a loss over consecutive steps of one env needs)."""
+        steps, envs = self.num_steps, self.num_envs
+        units, unit = (envs, "envs") if whole_envs else (steps * envs, "steps x envs")
+        if not 1 <= num_mini_batches <= units:
             raise ValueError(
-                f"algo.num_mini_batches: expected 1..{total} (steps x envs), got {num_mini_batches}"
+                f"algo.num_mini_batches: expected 1..{units} ({unit}), got {num_mini_batches}"
             )
-        size = total // num_mini_batches
+        size = units // num_mini_batches
         flat = {
             name: getattr(self, name).flatten(0, 1)
             for name in (
@@ -105,12 +115,16 @@ class RolloutStorage:
                 "action_std",
                 "returns",
                 "advantages",
+                "dones",
             )
         }
+        step_offsets = torch.arange(steps, device=self.device)[:, None] * envs
         for _ in range(num_epochs):
-            order = torch.randperm(total, generator=generator, device="cpu").to(self.device)
+            order = torch.randperm(units, generator=generator, device="cpu").to(self.device)
             for k in range(num_mini_batches):
                 rows = order[k * size : (k + 1) * size]
+                if whole_envs:  # row t * envs + e is env e's step t
+                    rows = (step_offsets + rows[None, :]).flatten()
                 yield MiniBatch(
                     actor_obs=flat["actor_obs"][rows],
                     critic_obs=flat["critic_obs"][rows],
@@ -121,4 +135,6 @@ class RolloutStorage:
                     old_std=flat["action_std"][rows],
                     returns=flat["returns"][rows],
                     advantages=flat["advantages"][rows],
+                    dones=flat["dones"][rows],
+                    steps=steps if whole_envs else None,
                 )
