@@ -99,7 +99,7 @@ def test_whole_env_mini_batches_hold_every_step_of_their_envs_step_major():
         obs = batch.actor_obs.view(4, 2)
         torch.testing.assert_close(obs[1:] - obs[:-1], torch.full((3, 2), 6.0))  # next step
         torch.testing.assert_close(batch.dones.view(4, 2), storage.dones[:, obs[0].long()])
-    with pytest.raises(ValueError, match=r"algo.num_mini_batches: expected 1..6 \(envs\)"):
+    with pytest.raises(ValueError, match=r"algo.num_mini_batches: expected 1..6 \(envs: whole-env"):
         next(storage.mini_batches(7, 1, torch.Generator(), whole_envs=True))
 
 

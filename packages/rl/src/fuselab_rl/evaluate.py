@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,13 @@ class VelocityErrors:
         }
 
 
-def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
+def walk_rollout(
+    cfg: DictConfig, policy: Callable, commands: np.ndarray, seconds: float
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The walk evaluation's rollout: the env of ``cfg`` (changed: one command per env for the
+    window, no pushes, no time-out), env k held at ``commands[k]``. After ``SETTLE_S``, once
+    per step: the heading-frame planar velocity (N, 2), the yaw rate (N,) and the envs fallen
+    so far (N,; reused)."""
     from fuselab_envs.registry import make_env
 
     cfg.commands.resample_s = SETTLE_S + seconds + 10.0  # one command for the whole window
@@ -120,10 +126,8 @@ def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) 
     cfg.env.episode_length_s = SETTLE_S + seconds + 10.0  # no time-out in the window
     env = make_env(cfg)
     try:
-        commands, kinds = walk_commands(cfg.commands, env.num_envs, np.random.default_rng(seed))
         env.command[:] = commands
         env.terms.observe()  # the observations show the new commands
-        errors = VelocityErrors(commands)
         fallen = np.zeros(env.num_envs, np.bool_)
         settle_steps = round(SETTLE_S / env.step_dt)
         obs = env.terms.buffers.obs
@@ -133,9 +137,17 @@ def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) 
             fallen |= result.terminated
             if step >= settle_steps:
                 planar, yaw_rate = heading_frame_velocity(env.robot.qpos, env.robot.qvel)
-                errors.add(planar, yaw_rate, np.flatnonzero(~fallen))
+                yield planar, yaw_rate, fallen
     finally:
         _close(env)
+
+
+def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
+    commands, kinds = walk_commands(cfg.commands, cfg.num_envs, np.random.default_rng(seed))
+    errors = VelocityErrors(commands)
+    fallen = np.zeros(len(commands), np.bool_)
+    for planar, yaw_rate, fallen in walk_rollout(cfg, policy, commands, seconds):
+        errors.add(planar, yaw_rate, np.flatnonzero(~fallen))
     report = {"overall": errors.summary(np.arange(len(kinds)), fallen)}
     for k, kind in enumerate(COMMAND_KINDS):
         report[kind] = errors.summary(np.flatnonzero(kinds == k), fallen)

@@ -97,7 +97,10 @@ class RolloutStorage:
         samples, or with ``whole_envs`` every step of a random subset of the envs, step-major
         (what a loss over consecutive steps of one env needs)."""
         steps, envs = self.num_steps, self.num_envs
-        units, unit = (envs, "envs") if whole_envs else (steps * envs, "steps x envs")
+        if whole_envs:
+            units, unit = envs, "envs: whole-env batches"
+        else:
+            units, unit = steps * envs, "steps x envs"
         if not 1 <= num_mini_batches <= units:
             raise ValueError(
                 f"algo.num_mini_batches: expected 1..{units} ({unit}), got {num_mini_batches}"

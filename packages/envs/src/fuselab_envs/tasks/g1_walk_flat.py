@@ -90,7 +90,7 @@ class CommandCfg(Section):
     standing_fraction: Fraction = 0.1  # share of commands that are zero
     # Share that turns in place (vx = vy = 0): drawn jointly, a pure turn is rare, and the
     # policy stands still when asked to turn in place (README: 0.2 did not change that).
-    turning_fraction: Fraction = 0.25
+    turning_fraction: Fraction = 0.0
     lin_vel_x: Interval = (-1.0, 1.0)  # m/s
     lin_vel_y: Interval = (-0.5, 0.5)  # m/s
     ang_vel_z: Interval = (-1.0, 1.0)  # rad/s

@@ -1,0 +1,78 @@
+"""Where a G1WalkFlat policy's yaw-rate error comes from, per command kind.
+
+Runs fuselab-eval's walk rollout (the same commands, settling and window) on a checkpoint and
+splits each kind's RMS yaw-rate error into the per-env mean error (drift: turning too little,
+or turning when told to go straight) and the oscillation around it, with the oscillation's
+power below 1 Hz, at 1-3 Hz (the gait's step frequency) and above 3 Hz:
+
+    uv run python tools/walk_yaw_diagnosis.py runs/g1_walk_flat/<date_time>/model_700.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from fuselab_rl.checkpoint import load_checkpoint
+from fuselab_rl.evaluate import (
+    COMMAND_KINDS,
+    NUM_ENVS,
+    SECONDS,
+    SEED,
+    walk_commands,
+    walk_rollout,
+)
+from fuselab_rl.play import load_policy
+
+BANDS_HZ = ((0.0, 1.0), (1.0, 3.0), (3.0, np.inf))
+
+
+def yaw_error_parts(errors: np.ndarray, step_dt: float) -> dict[str, float]:
+    """(steps, envs) yaw-rate errors -> RMS, drift RMS, oscillation RMS, and the oscillation's
+    share of power in each of BANDS_HZ."""
+    drift = errors.mean(axis=0)
+    oscillation = errors - drift
+    power = (np.abs(np.fft.rfft(oscillation, axis=0)) ** 2).sum(axis=1)
+    hz = np.fft.rfftfreq(len(errors), step_dt)
+    parts = {
+        "rms": float(np.sqrt(np.mean(errors**2))),
+        "drift_rms": float(np.sqrt(np.mean(drift**2))),
+        "oscillation_rms": float(np.sqrt(np.mean(oscillation**2))),
+    }
+    for low, high in BANDS_HZ:
+        band = power[(hz >= low) & (hz < high)].sum()
+        parts[f"power_{low:g}_{high:g}_hz"] = float(band / power.sum())
+    return parts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="a G1WalkFlat checkpoint (model_<iteration>.pt)")
+    parser.add_argument("--num-envs", type=int, default=NUM_ENVS)
+    parser.add_argument("--seconds", type=float, default=SECONDS)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    checkpoint = load_checkpoint(args.checkpoint)
+    cfg = OmegaConf.create(dict(checkpoint["config"]))
+    if cfg.task_name != "g1_walk_flat":
+        parser.error(f"checkpoint: a g1_walk_flat run's, got a {cfg.task_name!r} one")
+    cfg.num_envs, cfg.backend, cfg.seed = args.num_envs, "mujoco", SEED
+    commands, kinds = walk_commands(cfg.commands, cfg.num_envs, np.random.default_rng(SEED))
+    yaw_rates, never_fell = [], np.ones(len(commands), np.bool_)
+    for _, yaw_rate, fallen in walk_rollout(cfg, load_policy(checkpoint), commands, args.seconds):
+        yaw_rates.append(yaw_rate.copy())
+        never_fell = ~fallen
+    errors = np.array(yaw_rates) - commands[:, 2]  # (steps, envs)
+    step_dt = args.seconds / len(errors)  # the window is seconds / step_dt steps
+    print(f"{args.checkpoint}: yaw-rate error (rad/s) per command kind, envs that never fell")
+    for k, kind in enumerate(COMMAND_KINDS):
+        parts = yaw_error_parts(errors[:, (kinds == k) & never_fell], step_dt)
+        print(f"{kind:>9}  " + "  ".join(f"{name} {value:.3f}" for name, value in parts.items()))
+
+
+if __name__ == "__main__":
+    main()
