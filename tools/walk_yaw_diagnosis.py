@@ -3,7 +3,9 @@
 Runs fuselab-eval's walk rollout (the same commands, settling and window) on a checkpoint and
 splits each kind's RMS yaw-rate error into the per-env mean error (drift: turning too little,
 or turning when told to go straight) and the oscillation around it, with the oscillation's
-power below 1 Hz, at 1-3 Hz (the gait's step frequency) and above 3 Hz:
+power below 1 Hz, at 1-3 Hz (the gait's step frequency) and above 3 Hz; for the turning
+commands, the mean yaw rate reached against the mean asked, per direction. Prints a table and,
+with ``--json``, writes it:
 
     uv run python tools/walk_yaw_diagnosis.py runs/g1_walk_flat/<date_time>/model_700.pt
 """
@@ -11,7 +13,9 @@ power below 1 Hz, at 1-3 Hz (the gait's step frequency) and above 3 Hz:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+from pathlib import Path
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -48,30 +52,54 @@ def yaw_error_parts(errors: np.ndarray, step_dt: float) -> dict[str, float]:
     return parts
 
 
+def diagnose(checkpoint_path: str, num_envs: int, seconds: float) -> dict:
+    """The report of one checkpoint: per kind, :func:`yaw_error_parts`; per turning
+    direction, the mean yaw rate asked and reached."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    cfg = OmegaConf.create(dict(checkpoint["config"]))
+    if cfg.task_name != "g1_walk_flat":
+        raise ValueError(f"checkpoint: a g1_walk_flat run's, got a {cfg.task_name!r} one")
+    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", SEED
+    commands, kinds = walk_commands(cfg.commands, num_envs, np.random.default_rng(SEED))
+    yaw_rates, never_fell = [], np.ones(num_envs, np.bool_)
+    for _, yaw_rate, fallen in walk_rollout(cfg, load_policy(checkpoint), commands, seconds):
+        yaw_rates.append(yaw_rate.copy())
+        never_fell = ~fallen
+    if not yaw_rates:
+        raise ValueError(f"seconds: {seconds} measures no control step")
+    yaw_rates = np.array(yaw_rates)  # (steps, envs)
+    errors = yaw_rates - commands[:, 2]
+    step_dt = seconds / len(errors)  # the window is seconds / step_dt steps
+    report: dict = {"checkpoint": checkpoint_path, "seconds": seconds, "kinds": {}}
+    for k, kind in enumerate(COMMAND_KINDS):
+        report["kinds"][kind] = yaw_error_parts(errors[:, (kinds == k) & never_fell], step_dt)
+    turning = (kinds == COMMAND_KINDS.index("turning")) & never_fell
+    for direction, sign in (("left", 1.0), ("right", -1.0)):
+        rows = turning & (np.sign(commands[:, 2]) == sign)
+        report[f"turning_{direction}"] = {
+            "asked_radps": float(commands[rows, 2].mean()),
+            "reached_radps": float(yaw_rates[:, rows].mean()),
+        }
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="a G1WalkFlat checkpoint (model_<iteration>.pt)")
     parser.add_argument("--num-envs", type=int, default=NUM_ENVS)
     parser.add_argument("--seconds", type=float, default=SECONDS)
+    parser.add_argument("--json", type=Path, help="write the report here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-
-    checkpoint = load_checkpoint(args.checkpoint)
-    cfg = OmegaConf.create(dict(checkpoint["config"]))
-    if cfg.task_name != "g1_walk_flat":
-        parser.error(f"checkpoint: a g1_walk_flat run's, got a {cfg.task_name!r} one")
-    cfg.num_envs, cfg.backend, cfg.seed = args.num_envs, "mujoco", SEED
-    commands, kinds = walk_commands(cfg.commands, cfg.num_envs, np.random.default_rng(SEED))
-    yaw_rates, never_fell = [], np.ones(len(commands), np.bool_)
-    for _, yaw_rate, fallen in walk_rollout(cfg, load_policy(checkpoint), commands, args.seconds):
-        yaw_rates.append(yaw_rate.copy())
-        never_fell = ~fallen
-    errors = np.array(yaw_rates) - commands[:, 2]  # (steps, envs)
-    step_dt = args.seconds / len(errors)  # the window is seconds / step_dt steps
+    report = diagnose(args.checkpoint, args.num_envs, args.seconds)
     print(f"{args.checkpoint}: yaw-rate error (rad/s) per command kind, envs that never fell")
-    for k, kind in enumerate(COMMAND_KINDS):
-        parts = yaw_error_parts(errors[:, (kinds == k) & never_fell], step_dt)
+    for kind, parts in report["kinds"].items():
         print(f"{kind:>9}  " + "  ".join(f"{name} {value:.3f}" for name, value in parts.items()))
+    for direction in ("left", "right"):
+        turn = report[f"turning_{direction}"]
+        print(f"turning {direction}: {turn['reached_radps']:+.3f} of {turn['asked_radps']:+.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

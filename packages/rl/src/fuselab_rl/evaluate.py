@@ -115,10 +115,10 @@ class VelocityErrors:
 def walk_rollout(
     cfg: DictConfig, policy: Callable, commands: np.ndarray, seconds: float
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The walk evaluation's rollout: the env of ``cfg`` (changed: one command per env for the
-    window, no pushes, no time-out), env k held at ``commands[k]``. After ``SETTLE_S``, once
-    per step: the heading-frame planar velocity (N, 2), the yaw rate (N,) and the envs fallen
-    so far (N,; reused)."""
+    """The walk evaluation's rollout: the env of ``cfg`` (edited in place: one command per env
+    for the window, no pushes, no time-out), env k held at ``commands[k]``. After ``SETTLE_S``,
+    once per step: the heading-frame planar velocity (N, 2), the yaw rate (N,) and the envs
+    fallen so far (N,): the same arrays every step, updated in place (copy to keep)."""
     from fuselab_envs.registry import make_env
 
     cfg.commands.resample_s = SETTLE_S + seconds + 10.0  # one command for the whole window
@@ -145,7 +145,7 @@ def walk_rollout(
 def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
     commands, kinds = walk_commands(cfg.commands, cfg.num_envs, np.random.default_rng(seed))
     errors = VelocityErrors(commands)
-    fallen = np.zeros(len(commands), np.bool_)
+    fallen = np.zeros(len(commands), np.bool_)  # the rollout's own array after its first step
     for planar, yaw_rate, fallen in walk_rollout(cfg, policy, commands, seconds):
         errors.add(planar, yaw_rate, np.flatnonzero(~fallen))
     report = {"overall": errors.summary(np.arange(len(kinds)), fallen)}

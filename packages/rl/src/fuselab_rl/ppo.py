@@ -1,6 +1,6 @@
 """PPO: rsl_rl's recipe (clipped surrogate, clipped value loss, GAE, adaptive-KL learning rate,
-entropy bonus, gradient-norm clipping), and PPOTrainer, which collects rollouts from a FusedEnv
-in this process and feeds them to it.
+entropy bonus, gradient-norm clipping; optionally a temporal smoothness term), and PPOTrainer,
+which collects rollouts from a FusedEnv in this process and feeds them to it.
 
 One iteration, top to bottom (:meth:`PPOTrainer.iterate`)::
 
@@ -242,9 +242,9 @@ class PPO:
 def _temporal_smoothness(mean: torch.Tensor, batch: MiniBatch) -> torch.Tensor:
     """How much the mean action changes from one step to the next within an episode: the
     squared change summed over joints, averaged over consecutive pairs of a whole-env batch
-    (CAPS's temporal term, Mysore et al. 2021). Unlike an action-rate reward it sees the
-    policy's mean, not the exploration noise, so it damps the chatter a deterministic policy
-    shows on a robot without making exploration expensive."""
+    (CAPS's temporal term, Mysore et al. 2021, squared here). Unlike an action-rate reward it
+    sees the policy's mean, not the exploration noise, so it damps the chatter a deterministic
+    policy shows on a robot without making exploration expensive."""
     assert batch.steps is not None, "the smoothness term needs whole-env mini-batches"
     mean = mean.view(batch.steps, -1, mean.shape[-1])
     same_episode = 1.0 - batch.dones.view(batch.steps, -1)[:-1]
@@ -319,6 +319,10 @@ class PPOTrainer:
             critic_dim,
             self.action_dim,
             device,
+        )
+        # checked before the first rollout: whole-env batches need num_mini_batches <= envs
+        self.storage.mini_batch_units(
+            self.algo.num_mini_batches, whole_envs=self.algo.smoothness_coef > 0.0
         )
         self.stats = EpisodeStats(self.num_envs)
         self.actor_obs = torch.zeros(self.num_envs, actor_dim, device=device)

@@ -1,7 +1,8 @@
 """RolloutStorage: one PPO rollout (T steps x N envs) and its mini-batch generator.
 
 The collector writes step t with :meth:`RolloutStorage.add`; PPO fills ``returns`` and
-``advantages`` (GAE), then reads shuffled mini-batches of the flattened T * N samples.
+``advantages`` (GAE), then reads shuffled mini-batches of the flattened T * N samples, or
+mini-batches of whole envs (every step of a subset of envs) for a loss over consecutive steps.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class MiniBatch:
     old_std: torch.Tensor
     returns: torch.Tensor
     advantages: torch.Tensor
-    dones: torch.Tensor
+    dones: torch.Tensor  # episode ended after the sample's step (pairs steps in whole-env batches)
     steps: int | None  # whole-env batches: rows step-major, `steps` of each env; None: shuffled
 
 
@@ -84,6 +85,18 @@ class RolloutStorage:
     def clear(self) -> None:
         self.step = 0
 
+    def mini_batch_units(self, num_mini_batches: int, *, whole_envs: bool = False) -> int:
+        """What mini-batches split (envs, or steps x envs), checked against their count."""
+        if whole_envs:
+            count, what = self.num_envs, "envs: algo.smoothness_coef > 0 batches whole envs"
+        else:
+            count, what = self.num_steps * self.num_envs, "steps x envs"
+        if not 1 <= num_mini_batches <= count:
+            raise ValueError(
+                f"algo.num_mini_batches: expected 1..{count} ({what}), got {num_mini_batches}"
+            )
+        return count
+
     def mini_batches(
         self,
         num_mini_batches: int,
@@ -97,14 +110,7 @@ class RolloutStorage:
         samples, or with ``whole_envs`` every step of a random subset of the envs, step-major
         (what a loss over consecutive steps of one env needs)."""
         steps, envs = self.num_steps, self.num_envs
-        if whole_envs:
-            units, unit = envs, "envs: whole-env batches"
-        else:
-            units, unit = steps * envs, "steps x envs"
-        if not 1 <= num_mini_batches <= units:
-            raise ValueError(
-                f"algo.num_mini_batches: expected 1..{units} ({unit}), got {num_mini_batches}"
-            )
+        units = self.mini_batch_units(num_mini_batches, whole_envs=whole_envs)
         size = units // num_mini_batches
         flat = {
             name: getattr(self, name).flatten(0, 1)
@@ -121,12 +127,14 @@ class RolloutStorage:
                 "dones",
             )
         }
-        step_offsets = torch.arange(steps, device=self.device)[:, None] * envs
+        step_offsets = None  # whole-env batches: row t * envs + e is env e's step t
+        if whole_envs:
+            step_offsets = torch.arange(steps, device=self.device)[:, None] * envs
         for _ in range(num_epochs):
             order = torch.randperm(units, generator=generator, device="cpu").to(self.device)
             for k in range(num_mini_batches):
                 rows = order[k * size : (k + 1) * size]
-                if whole_envs:  # row t * envs + e is env e's step t
+                if step_offsets is not None:
                     rows = (step_offsets + rows[None, :]).flatten()
                 yield MiniBatch(
                     actor_obs=flat["actor_obs"][rows],
