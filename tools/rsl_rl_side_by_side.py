@@ -74,7 +74,8 @@ PPO_KEYS = (
     "max_grad_norm",
 )
 VEC_ENV_KEYS = ("clip_actions",)
-OFF_IN_RSL_RL = {"smoothness_coef": 0.0}  # fuselab-only terms, compared only when switched off
+# fuselab-only terms, compared only when switched off
+OFF_IN_RSL_RL = {"smoothness_coef": 0.0, "spatial_smoothness_coef": 0.0}
 MODEL_KEYS = (
     "actor_hidden_dims",
     "critic_hidden_dims",

@@ -53,6 +53,16 @@ def test_tracking_shaped_plan_matches_numpy_oracle(seed):
     assert "command" not in actor.noise_slices()  # noise_std 0 -> a clean term, no noise columns
     assert actor_noise.shape == (384, sum(t.size for t in actor.noisy_terms()))
     assert np.std(actor_noise[:, actor.noise_slices()["joint_vel"]]) > 0.4
+    std = fused.observation_noise_std("actor")  # per observation column, 0 where clean
+    for call in actor.terms:
+        columns = std[actor.slices()[call.entry]]
+        if call.entry in actor.noise_slices():
+            drawn = np.std(actor_noise[:, actor.noise_slices()[call.entry]])
+            assert drawn == pytest.approx(call.noise_std, rel=0.1)
+            np.testing.assert_array_equal(columns, np.float32(call.noise_std))
+        else:
+            np.testing.assert_array_equal(columns, 0.0)
+    assert not fused.observation_noise_std("critic").any()
     critic = fused.plan.observations["critic"]
     np.testing.assert_array_equal(  # the clean command is the same in the noisy group
         fused.buffers.obs["actor"][:, actor.slices()["command"]],

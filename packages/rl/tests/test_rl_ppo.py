@@ -150,6 +150,50 @@ def test_the_smoothness_term_makes_the_mean_action_change_less_between_steps():
     assert changes[1.0] < 0.5
 
 
+def test_the_spatial_smoothness_term_makes_the_mean_action_less_sensitive_to_obs_noise():
+    torch.manual_seed(0)
+    storage = RolloutStorage(8, 16, 3, 3, 2, torch.device("cpu"))
+    storage.actor_obs[:] = torch.randn(8, 16, 3)
+    storage.step = 8
+    noise_std = torch.tensor([0.0, 0.5, 0.0])  # one noisy column
+
+    def noise_gain(policy):  # the mean action's squared change per unit of noise, per column
+        with torch.no_grad():
+            base = policy.action_mean(storage.actor_obs)
+            gains = []
+            for column in range(3):
+                moved = storage.actor_obs.clone()
+                moved[..., column] += 0.1
+                gains.append((policy.action_mean(moved) - base).square().sum(-1).mean().item())
+        return torch.tensor(gains)
+
+    gains = {}
+    for coef in (0.0, 1.0):
+        torch.manual_seed(1)
+        policy = ActorCritic(3, 3, 2, actor_hidden_dims=[16], critic_hidden_dims=[16])
+        before = noise_gain(policy)
+        with torch.no_grad():
+            dist = policy.distribution(storage.actor_obs)
+            storage.actions.copy_(dist.sample())
+            storage.log_probs.copy_(dist.log_prob(storage.actions).sum(-1))
+            storage.action_mean.copy_(dist.mean)
+            storage.action_std.copy_(dist.stddev)
+        cfg = PPOCfg(spatial_smoothness_coef=coef, learning_rate=1e-2)
+        metrics = PPO(policy, cfg, noise_std).update(storage, torch.Generator().manual_seed(0))
+        gains[coef] = noise_gain(policy) / before
+        assert ("Loss/spatial_smoothness" in metrics) == (coef > 0.0)
+    torch.testing.assert_close(gains[0.0], torch.ones(3))  # zero advantages: nothing moves
+    assert gains[1.0][1] < 0.5  # the noisy column's gain falls most
+    assert gains[1.0][1] < gains[1.0][0] and gains[1.0][1] < gains[1.0][2]
+
+
+@pytest.mark.parametrize("noise_std", [None, torch.zeros(3)])
+def test_the_spatial_smoothness_term_needs_observation_noise(noise_std):
+    policy = ActorCritic(3, 3, 2, actor_hidden_dims=[4], critic_hidden_dims=[4])
+    with pytest.raises(ValueError, match=r"algo.spatial_smoothness_coef: 0.5 needs observation"):
+        PPO(policy, PPOCfg(spatial_smoothness_coef=0.5), noise_std)
+
+
 def test_adaptive_learning_rate_shrinks_on_large_kl_and_grows_on_small():
     ppo = PPO(ActorCritic(2, 2, 1, actor_hidden_dims=[4], critic_hidden_dims=[4]), PPOCfg())
     ppo._adapt_learning_rate(0.1)  # > 2 * desired_kl
@@ -282,9 +326,9 @@ def test_the_first_update_sees_seeded_normalizers(monkeypatch, tmp_path):
     counts = []
     real_update = trainer.ppo.update
 
-    def update(storage, generator):
+    def update(storage, generator, noise_generator):
         counts.append(float(trainer.policy.actor_normalizer.count))
-        return real_update(storage, generator)
+        return real_update(storage, generator, noise_generator)
 
     monkeypatch.setattr(trainer.ppo, "update", update)
     trainer.iterate()

@@ -167,6 +167,15 @@ class FusedTerms:
             rng.standard_normal(dtype=np.float32, out=noise)
             noise *= self._noise_std[name]
 
+    def observation_noise_std(self, group: str) -> np.ndarray:
+        """The std of the noise :meth:`sample_noise` adds to each column of a group's
+        observations (0 on clean columns; all 0 for a group without noise)."""
+        spec = self.plan.observations[group]
+        std = np.zeros(spec.width, np.float32)
+        for call in spec.noisy_terms():
+            std[call.col : call.col + call.size] = call.noise_std
+        return std
+
     # -- binding -----------------------------------------------------------------------------
 
     def _bind(self, arg: KernelArg) -> np.ndarray:

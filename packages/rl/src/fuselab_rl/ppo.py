@@ -1,5 +1,6 @@
 """PPO: rsl_rl's recipe (clipped surrogate, clipped value loss, GAE, adaptive-KL learning rate,
-entropy bonus, gradient-norm clipping; optionally a temporal smoothness term), and PPOTrainer,
+entropy bonus, gradient-norm clipping; optionally CAPS's temporal and spatial smoothness
+terms), and PPOTrainer,
 which collects rollouts from a FusedEnv in this process and feeds them to it.
 
 One iteration, top to bottom (:meth:`PPOTrainer.iterate`)::
@@ -68,6 +69,7 @@ class PPOCfg(Section):
     entropy_coef: NonNegativeFloat = 0.01
     max_grad_norm: PositiveFloat = 1.0
     smoothness_coef: NonNegativeFloat = 0.0
+    spatial_smoothness_coef: NonNegativeFloat = 0.0
     clip_actions: PositiveFloat | None = None
 
     @classmethod
@@ -130,8 +132,21 @@ def compute_gae(
 class PPO:
     """The update: epochs of mini-batches over one rollout."""
 
-    def __init__(self, policy: ActorCritic, cfg: PPOCfg):
+    def __init__(
+        self, policy: ActorCritic, cfg: PPOCfg, actor_noise_std: torch.Tensor | None = None
+    ):
+        """``actor_noise_std``: the std of the env's noise on each actor observation column,
+        which the spatial smoothness term perturbs the observations with."""
+        if cfg.spatial_smoothness_coef > 0.0 and (
+            actor_noise_std is None or not bool(actor_noise_std.any())
+        ):
+            raise ValueError(
+                f"algo.spatial_smoothness_coef: {cfg.spatial_smoothness_coef} needs observation "
+                "noise on the actor's group (observations.actor.noise: true and a term with "
+                "noise_std > 0); accepted without it: 0.0"
+            )
         self.policy, self.cfg = policy, cfg
+        self.actor_noise_std = actor_noise_std
         self.learning_rate = cfg.learning_rate
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
 
@@ -150,10 +165,28 @@ class PPO:
         mean, std = distributed.mean_and_std(advantages)
         storage.advantages.copy_((advantages - mean) / (std + 1e-8))
 
-    def update(self, storage: RolloutStorage, generator: torch.Generator) -> dict[str, float]:
+    def update(
+        self,
+        storage: RolloutStorage,
+        generator: torch.Generator,
+        noise_generator: torch.Generator | None = None,
+    ) -> dict[str, float]:
+        """Epochs of mini-batches in the order ``generator`` draws; the spatial smoothness
+        term's perturbations come from ``noise_generator`` (on the learner's device; default:
+        ``generator``, for a CPU learner)."""
         cfg = self.cfg
         sums = dict.fromkeys(
-            ("surrogate", "value", "entropy", "smoothness", "kl", "clip_fraction", "lr"), 0.0
+            (
+                "surrogate",
+                "value",
+                "entropy",
+                "smoothness",
+                "spatial_smoothness",
+                "kl",
+                "clip_fraction",
+                "lr",
+            ),
+            0.0,
         )
         allreduce_s = 0.0  # under torchrun: the time spent averaging over the ranks
         batches = 0
@@ -197,6 +230,17 @@ class PPO:
                 smoothness = _temporal_smoothness(dist.mean, batch)
                 loss = loss + cfg.smoothness_coef * smoothness
                 sums["smoothness"] += smoothness.item()
+            if cfg.spatial_smoothness_coef > 0.0:
+                assert self.actor_noise_std is not None  # checked when built
+                spatial = _spatial_smoothness(
+                    self.policy,
+                    batch.actor_obs,
+                    dist.mean,
+                    self.actor_noise_std,
+                    noise_generator or generator,
+                )
+                loss = loss + cfg.spatial_smoothness_coef * spatial
+                sums["spatial_smoothness"] += spatial.item()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             started = time.perf_counter()
@@ -213,6 +257,8 @@ class PPO:
             sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
         means = {k: v / max(batches, 1) for k, v in sums.items()}
         smoothness = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
+        if cfg.spatial_smoothness_coef > 0.0:
+            smoothness["Loss/spatial_smoothness"] = means["spatial_smoothness"]
         return {
             "Loss/surrogate": means["surrogate"],
             "Loss/value": means["value"],
@@ -250,6 +296,25 @@ def _temporal_smoothness(mean: torch.Tensor, batch: MiniBatch) -> torch.Tensor:
     same_episode = 1.0 - batch.dones.view(batch.steps, -1)[:-1]
     change = (mean[1:] - mean[:-1]).square().sum(-1)
     return (change * same_episode).sum() / same_episode.sum().clamp(min=1.0)
+
+
+def _spatial_smoothness(
+    policy: ActorCritic,
+    actor_obs: torch.Tensor,
+    mean: torch.Tensor,
+    noise_std: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """How much the mean action moves when the observations get another draw of the env's
+    observation noise: the squared change summed over joints, averaged over the batch (CAPS's
+    spatial term, Mysore et al. 2021, squared here). A deterministic policy feeds its sensors'
+    noise into its actions; this term lowers that gain where the noise is, and leaves the
+    response to real state changes (a gait's) to the other losses."""
+    noise = torch.randn(
+        actor_obs.shape, generator=generator, device=actor_obs.device, dtype=actor_obs.dtype
+    )
+    perturbed = policy.action_mean(actor_obs + noise * noise_std)
+    return (perturbed - mean).square().sum(-1).mean()
 
 
 def _gaussian_kl(
@@ -311,7 +376,11 @@ class PPOTrainer:
         )
         self.policy = ActorCritic(actor_dim, critic_dim, self.action_dim, **network).to(device)
         distributed.broadcast_state(self.policy)  # every rank starts from rank 0's weights
-        self.ppo = PPO(self.policy, self.algo)
+        actor_noise_std = None  # what the spatial smoothness term perturbs the observations by
+        if self.algo.spatial_smoothness_coef > 0.0:
+            std = self.env.terms.observation_noise_std("actor")
+            actor_noise_std = torch.as_tensor(std, device=device)
+        self.ppo = PPO(self.policy, self.algo, actor_noise_std)
         self.storage = RolloutStorage(
             self.algo.num_steps_per_env,
             self.num_envs,
@@ -347,7 +416,7 @@ class PPOTrainer:
         collect = self._collect()
         started = time.perf_counter()
         self.policy.train()
-        losses = self.ppo.update(self.storage, self.generator)
+        losses = self.ppo.update(self.storage, self.generator, self.noise_generator)
         # After the update: a rollout and its update see one normalization, so the stored log
         # probabilities and values are those the update recomputes before its first step.
         self.policy.update_normalizers(
