@@ -4,8 +4,10 @@ Runs fuselab-eval's walk rollout (the same commands, settling and window) on a c
 splits each kind's RMS yaw-rate error into the per-env mean error (drift: turning too little,
 or turning when told to go straight) and the oscillation around it, with the oscillation's
 power below 1 Hz, at 1-3 Hz (the gait's step frequency) and above 3 Hz; for the turning
-commands, the mean yaw rate reached against the mean asked, per direction. Prints a table and,
-with ``--json``, writes it:
+commands, the mean yaw rate reached against the mean asked, per direction. With
+``--clean-observations`` the actor's observations carry no noise (a diagnostic: how much of the
+wobble is the policy answering sensor noise; fuselab-eval keeps the noise it was trained with).
+Prints a table and, with ``--json``, writes it:
 
     uv run python tools/walk_yaw_diagnosis.py runs/g1_walk_flat/<date_time>/model_700.pt
 """
@@ -18,7 +20,6 @@ import logging
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.evaluate import (
@@ -26,6 +27,7 @@ from fuselab_rl.evaluate import (
     NUM_ENVS,
     SECONDS,
     SEED,
+    eval_config,
     walk_commands,
     walk_rollout,
 )
@@ -52,14 +54,17 @@ def yaw_error_parts(errors: np.ndarray, step_dt: float) -> dict[str, float]:
     return parts
 
 
-def diagnose(checkpoint_path: str, num_envs: int, seconds: float) -> dict:
+def diagnose(
+    checkpoint_path: str, num_envs: int, seconds: float, clean_observations: bool = False
+) -> dict:
     """The report of one checkpoint: per kind, :func:`yaw_error_parts`; per turning
     direction, the mean yaw rate asked and reached."""
     checkpoint = load_checkpoint(checkpoint_path)
-    cfg = OmegaConf.create(dict(checkpoint["config"]))
+    cfg = eval_config(checkpoint["config"], num_envs, SEED)
     if cfg.task_name != "g1_walk_flat":
         raise ValueError(f"checkpoint: a g1_walk_flat run's, got a {cfg.task_name!r} one")
-    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", SEED
+    if clean_observations:
+        cfg.observations.actor.noise = False
     commands, kinds = walk_commands(cfg.commands, num_envs, np.random.default_rng(SEED))
     yaw_rates, never_fell = [], np.ones(num_envs, np.bool_)
     for _, yaw_rate, fallen in walk_rollout(cfg, load_policy(checkpoint), commands, seconds):
@@ -70,7 +75,12 @@ def diagnose(checkpoint_path: str, num_envs: int, seconds: float) -> dict:
     yaw_rates = np.array(yaw_rates)  # (steps, envs)
     errors = yaw_rates - commands[:, 2]
     step_dt = seconds / len(errors)  # the window is seconds / step_dt steps
-    report: dict = {"checkpoint": checkpoint_path, "seconds": seconds, "kinds": {}}
+    report: dict = {
+        "checkpoint": checkpoint_path,
+        "seconds": seconds,
+        "clean_observations": clean_observations,
+        "kinds": {},
+    }
     for k, kind in enumerate(COMMAND_KINDS):
         report["kinds"][kind] = yaw_error_parts(errors[:, (kinds == k) & never_fell], step_dt)
     turning = (kinds == COMMAND_KINDS.index("turning")) & never_fell
@@ -89,9 +99,12 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=NUM_ENVS)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument(
+        "--clean-observations", action="store_true", help="the actor's observations noise-free"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    report = diagnose(args.checkpoint, args.num_envs, args.seconds)
+    report = diagnose(args.checkpoint, args.num_envs, args.seconds, args.clean_observations)
     print(f"{args.checkpoint}: yaw-rate error (rad/s) per command kind, envs that never fell")
     for kind, parts in report["kinds"].items():
         print(f"{kind:>9}  " + "  ".join(f"{name} {value:.3f}" for name, value in parts.items()))

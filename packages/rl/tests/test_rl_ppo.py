@@ -79,6 +79,7 @@ def test_mini_batches_visit_every_sample_once_per_epoch():
     generator = torch.Generator().manual_seed(0)
     batches = list(storage.mini_batches(3, 2, generator))
     assert len(batches) == 6 and all(b.actor_obs.shape == (8, 2) for b in batches)
+    assert all(b.steps is None and b.dones is None for b in batches)  # no pairs of steps
     for epoch in (batches[:3], batches[3:]):
         seen = torch.cat([b.actor_obs[:, 0] for b in epoch]).sort().values
         torch.testing.assert_close(seen, torch.arange(24.0))
@@ -102,6 +103,7 @@ def test_whole_env_mini_batches_hold_every_step_of_their_envs_step_major():
     for batch in batches:
         obs = batch.actor_obs.view(4, 2)
         torch.testing.assert_close(obs[1:] - obs[:-1], torch.full((3, 2), 6.0))  # next step
+        assert batch.dones is not None  # whole-env batches carry the episode ends
         torch.testing.assert_close(batch.dones.view(4, 2), storage.dones[:, obs[0].long()])
     with pytest.raises(ValueError, match=r"algo.num_mini_batches: expected 1..6 \(envs: "):
         next(storage.mini_batches(7, 1, torch.Generator(), whole_envs=True))

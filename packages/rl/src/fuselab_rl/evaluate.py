@@ -304,18 +304,11 @@ def evaluate_policy(
     (B, A), torch tensors) on the task of ``config`` (a run's config: resolved into a copy, as
     checkpoints save it): the report's task, window and metrics."""
     _check_window(num_envs, seconds)
-    resolved = (
-        OmegaConf.to_container(config, resolve=True)
-        if isinstance(config, DictConfig)
-        else dict(config)
-    )
-    cfg = OmegaConf.create(resolved)
-    assert isinstance(cfg, DictConfig)
+    cfg = eval_config(config, num_envs, seed)
     if cfg.task_name not in EVALUATORS:
         raise ValueError(
             f"task_name: fuselab-eval measures {', '.join(EVALUATORS)}, not {cfg.task_name!r}"
         )
-    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
     return {
         "task": cfg.task_name,
         "num_envs": num_envs,
@@ -323,6 +316,20 @@ def evaluate_policy(
         "seed": seed,
         "metrics": EVALUATORS[cfg.task_name](cfg, policy, float(seconds), seed),
     }
+
+
+def eval_config(config: Mapping[str, Any] | DictConfig, num_envs: int, seed: int) -> DictConfig:
+    """The config an evaluation builds its env from: ``config`` (a run's, as checkpoints save
+    it) resolved into a copy, on ``num_envs`` envs of MuJoCo CPU seeded with ``seed``."""
+    resolved = (
+        OmegaConf.to_container(config, resolve=True)
+        if isinstance(config, DictConfig)
+        else dict(config)
+    )
+    cfg = OmegaConf.create(resolved)
+    assert isinstance(cfg, DictConfig)
+    cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
+    return cfg
 
 
 def _check_window(num_envs: object, seconds: object) -> None:

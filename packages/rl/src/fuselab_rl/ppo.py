@@ -291,7 +291,7 @@ def _temporal_smoothness(mean: torch.Tensor, batch: MiniBatch) -> torch.Tensor:
     (CAPS's temporal term, Mysore et al. 2021, squared here). Unlike an action-rate reward it
     sees the policy's mean, not the exploration noise, so it damps the chatter a deterministic
     policy shows on a robot without making exploration expensive."""
-    assert batch.steps is not None, "the smoothness term needs whole-env mini-batches"
+    assert batch.steps is not None and batch.dones is not None, "needs whole-env mini-batches"
     mean = mean.view(batch.steps, -1, mean.shape[-1])
     same_episode = 1.0 - batch.dones.view(batch.steps, -1)[:-1]
     change = (mean[1:] - mean[:-1]).square().sum(-1)

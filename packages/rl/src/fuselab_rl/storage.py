@@ -24,8 +24,10 @@ class MiniBatch:
     old_std: torch.Tensor
     returns: torch.Tensor
     advantages: torch.Tensor
-    dones: torch.Tensor  # episode ended after the sample's step (pairs steps in whole-env batches)
-    steps: int | None  # whole-env batches: rows step-major, `steps` of each env; None: shuffled
+    # whole-env batches: rows step-major, `steps` of each env, and whether the episode ended
+    # after each row's step (what pairs consecutive steps); shuffled batches: None, None
+    steps: int | None
+    dones: torch.Tensor | None
 
 
 class RolloutStorage:
@@ -146,6 +148,6 @@ class RolloutStorage:
                     old_std=flat["action_std"][rows],
                     returns=flat["returns"][rows],
                     advantages=flat["advantages"][rows],
-                    dones=flat["dones"][rows],
                     steps=steps if whole_envs else None,
+                    dones=flat["dones"][rows] if whole_envs else None,
                 )
