@@ -122,11 +122,30 @@ def test_the_smoothness_term_skips_the_step_across_an_episode_end():
     assert smoothness.item() == pytest.approx(1.0 / 3.0)  # pairs: env 0 two, env 1 one
 
 
-def test_the_smoothness_term_makes_the_mean_action_change_less_between_steps():
+def _random_rollout() -> RolloutStorage:
+    """8 steps x 16 envs of random 3-wide observations (zero advantages and returns)."""
     torch.manual_seed(0)
     storage = RolloutStorage(8, 16, 3, 3, 2, torch.device("cpu"))
     storage.actor_obs[:] = torch.randn(8, 16, 3)  # observations that jump from step to step
     storage.step = 8
+    return storage
+
+
+def _small_policy_acting_in(storage: RolloutStorage) -> ActorCritic:
+    """The same small policy every call, its own actions stored as the rollout's."""
+    torch.manual_seed(1)
+    policy = ActorCritic(3, 3, 2, actor_hidden_dims=[16], critic_hidden_dims=[16])
+    with torch.no_grad():
+        dist = policy.distribution(storage.actor_obs)
+        storage.actions.copy_(dist.sample())
+        storage.log_probs.copy_(dist.log_prob(storage.actions).sum(-1))
+        storage.action_mean.copy_(dist.mean)
+        storage.action_std.copy_(dist.stddev)
+    return policy
+
+
+def test_the_smoothness_term_makes_the_mean_action_change_less_between_steps():
+    storage = _random_rollout()
 
     def mean_change(policy):
         with torch.no_grad():
@@ -135,15 +154,8 @@ def test_the_smoothness_term_makes_the_mean_action_change_less_between_steps():
 
     changes = {}
     for coef in (0.0, 1.0):
-        torch.manual_seed(1)
-        policy = ActorCritic(3, 3, 2, actor_hidden_dims=[16], critic_hidden_dims=[16])
+        policy = _small_policy_acting_in(storage)
         before = mean_change(policy)
-        with torch.no_grad():
-            dist = policy.distribution(storage.actor_obs)
-            storage.actions.copy_(dist.sample())
-            storage.log_probs.copy_(dist.log_prob(storage.actions).sum(-1))
-            storage.action_mean.copy_(dist.mean)
-            storage.action_std.copy_(dist.stddev)
         ppo = PPO(policy, PPOCfg(smoothness_coef=coef, learning_rate=1e-2))
         metrics = ppo.update(storage, torch.Generator().manual_seed(0))
         changes[coef] = mean_change(policy) / before
@@ -153,10 +165,7 @@ def test_the_smoothness_term_makes_the_mean_action_change_less_between_steps():
 
 
 def test_the_spatial_smoothness_term_makes_the_mean_action_less_sensitive_to_obs_noise():
-    torch.manual_seed(0)
-    storage = RolloutStorage(8, 16, 3, 3, 2, torch.device("cpu"))
-    storage.actor_obs[:] = torch.randn(8, 16, 3)
-    storage.step = 8
+    storage = _random_rollout()
     noise_std = torch.tensor([0.0, 0.5, 0.0])  # one noisy column
 
     def noise_gain(policy):  # the mean action's squared change per unit of noise, per column
@@ -171,15 +180,8 @@ def test_the_spatial_smoothness_term_makes_the_mean_action_less_sensitive_to_obs
 
     gains = {}
     for coef in (0.0, 1.0):
-        torch.manual_seed(1)
-        policy = ActorCritic(3, 3, 2, actor_hidden_dims=[16], critic_hidden_dims=[16])
+        policy = _small_policy_acting_in(storage)
         before = noise_gain(policy)
-        with torch.no_grad():
-            dist = policy.distribution(storage.actor_obs)
-            storage.actions.copy_(dist.sample())
-            storage.log_probs.copy_(dist.log_prob(storage.actions).sum(-1))
-            storage.action_mean.copy_(dist.mean)
-            storage.action_std.copy_(dist.stddev)
         cfg = PPOCfg(spatial_smoothness_coef=coef, learning_rate=1e-2)
         metrics = PPO(policy, cfg, noise_std).update(storage, torch.Generator().manual_seed(0))
         gains[coef] = noise_gain(policy) / before

@@ -1,7 +1,6 @@
 """PPO: rsl_rl's recipe (clipped surrogate, clipped value loss, GAE, adaptive-KL learning rate,
-entropy bonus, gradient-norm clipping; optionally CAPS's temporal and spatial smoothness
-terms), and PPOTrainer,
-which collects rollouts from a FusedEnv in this process and feeds them to it.
+entropy bonus, gradient-norm clipping; optionally CAPS's temporal and spatial smoothness terms),
+and PPOTrainer, which collects rollouts from a FusedEnv in this process and feeds them to it.
 
 One iteration, top to bottom (:meth:`PPOTrainer.iterate`)::
 
