@@ -36,6 +36,10 @@ class FakeEnv:
             "critic": np.zeros((num_envs, self.critic_dim), np.float32),
         }
         self.terminal_obs = {k: np.zeros_like(v) for k, v in self.obs.items()}
+        # FusedTerms' noise query: this env adds no observation noise
+        self.terms = SimpleNamespace(
+            observation_noise_std=lambda group: np.zeros(self.obs[group].shape[1], np.float32)
+        )
         self.step_calls = 0
         self.reset_all()
 

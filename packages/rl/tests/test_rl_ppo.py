@@ -266,6 +266,16 @@ def test_whole_env_batches_need_as_many_envs_as_mini_batches_before_the_first_ro
     assert [(env.step_calls, env.backend_closed) for env in built] == [(0, True)]
 
 
+def test_the_trainer_refuses_spatial_smoothness_on_an_env_without_observation_noise(
+    monkeypatch, tmp_path
+):
+    built = use_fake_env(monkeypatch)  # its terms report no noise
+    cfg = compose_config(["task=cartpole", *SMALL_PPO, "algo.spatial_smoothness_coef=0.1"])
+    with pytest.raises(ValueError, match=r"algo.spatial_smoothness_coef: 0.1 needs observation"):
+        PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
+    assert [(env.step_calls, env.backend_closed) for env in built] == [(0, True)]
+
+
 def test_a_network_torch_rejects_closes_the_env_already_built(monkeypatch, tmp_path):
     built = use_fake_env(monkeypatch)
 

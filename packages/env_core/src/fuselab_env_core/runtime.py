@@ -169,7 +169,10 @@ class FusedTerms:
 
     def observation_noise_std(self, group: str) -> np.ndarray:
         """The std of the noise :meth:`sample_noise` adds to each column of a group's
-        observations (0 on clean columns; all 0 for a group without noise)."""
+        observations (0 on clean columns; all 0 for a group without noise). Unlike
+        :func:`noise_std`, indexed by observation column, not by noise-array column."""
+        if group not in self.plan.observations:
+            raise KeyError(f"observation group {group!r}: accepted {list(self.plan.observations)}")
         spec = self.plan.observations[group]
         std = np.zeros(spec.width, np.float32)
         for call in spec.noisy_terms():

@@ -255,14 +255,14 @@ class PPO:
             sums["kl"] += kl.item()
             sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
         means = {k: v / max(batches, 1) for k, v in sums.items()}
-        smoothness = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
+        optional_losses = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
         if cfg.spatial_smoothness_coef > 0.0:
-            smoothness["Loss/spatial_smoothness"] = means["spatial_smoothness"]
+            optional_losses["Loss/spatial_smoothness"] = means["spatial_smoothness"]
         return {
             "Loss/surrogate": means["surrogate"],
             "Loss/value": means["value"],
             "Loss/entropy": means["entropy"],
-            **smoothness,
+            **optional_losses,
             "Policy/kl": means["kl"],
             "Policy/clip_fraction": means["clip_fraction"],
             # The adaptive schedule moves the rate every mini-batch against the KL to the
@@ -366,8 +366,9 @@ class PPOTrainer:
         started = time.perf_counter()
         torch.manual_seed(cfg.seed)  # the networks' initial weights
         self.generator = torch.Generator().manual_seed(cfg.seed)  # batch order (on the host)
-        # action noise, drawn on the learner's device; a CPU learner draws it from the same
-        # generator as the batch order (one stream, as before there were two devices to serve)
+        # action noise (and the spatial smoothness term's perturbations), drawn on the learner's
+        # device; a CPU learner draws it from the same generator as the batch order (one
+        # stream, as before there were two devices to serve)
         self.noise_generator = (
             self.generator
             if device.type == "cpu"
