@@ -121,6 +121,13 @@ class ObservationGroup:
     def noise_width(self) -> int:
         return sum(t.size for t in self.noisy_terms())
 
+    def column_noise_std(self) -> np.ndarray:
+        """The std of the noise on each observation column (0 on clean columns)."""
+        std = np.zeros(self.width, np.float32)
+        for t in self.noisy_terms():
+            std[t.col : t.col + t.size] = t.noise_std
+        return std
+
 
 @dataclass
 class Plan:

@@ -169,15 +169,10 @@ class FusedTerms:
 
     def observation_noise_std(self, group: str) -> np.ndarray:
         """The std of the noise :meth:`sample_noise` adds to each column of a group's
-        observations (0 on clean columns; all 0 for a group without noise). Unlike
-        :func:`noise_std`, indexed by observation column, not by noise-array column."""
+        observations (0 on clean columns; all 0 for a group without noise)."""
         if group not in self.plan.observations:
             raise KeyError(f"observation group {group!r}: accepted {list(self.plan.observations)}")
-        spec = self.plan.observations[group]
-        std = np.zeros(spec.width, np.float32)
-        for call in spec.noisy_terms():
-            std[call.col : call.col + call.size] = call.noise_std
-        return std
+        return self.plan.observations[group].column_noise_std()
 
     # -- binding -----------------------------------------------------------------------------
 
@@ -226,12 +221,10 @@ def prefer_sleeping_omp_threads() -> bool:
 
 
 def noise_std(group: ObservationGroup) -> np.ndarray:
-    """The std of each column of a group's noise array."""
-    std = np.zeros(group.noise_width, np.float32)
-    slices = group.noise_slices()
-    for call in group.noisy_terms():
-        std[slices[call.entry]] = call.noise_std
-    return std
+    """The std of each column of a group's noise array: its noisy columns' (noisy terms have a
+    std > 0), side by side in group order, as the array holds them."""
+    std = group.column_noise_std()
+    return std[std > 0]
 
 
 def state_specs(state: Mapping[str, np.ndarray]) -> dict[str, BufferSpec]:

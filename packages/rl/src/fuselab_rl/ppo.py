@@ -190,6 +190,7 @@ class PPO:
         allreduce_s = 0.0  # under torchrun: the time spent averaging over the ranks
         batches = 0
         smoothing = cfg.smoothness_coef > 0.0  # a loss over consecutive steps: whole-env batches
+        spatial_smoothing = cfg.spatial_smoothness_coef > 0.0
         for batch in storage.mini_batches(
             cfg.num_mini_batches, cfg.num_learning_epochs, generator, whole_envs=smoothing
         ):
@@ -229,7 +230,7 @@ class PPO:
                 smoothness = _temporal_smoothness(dist.mean, batch)
                 loss = loss + cfg.smoothness_coef * smoothness
                 sums["smoothness"] += smoothness.item()
-            if cfg.spatial_smoothness_coef > 0.0:
+            if spatial_smoothing:
                 assert self.actor_noise_std is not None  # checked when built
                 spatial = _spatial_smoothness(
                     self.policy,
@@ -256,7 +257,7 @@ class PPO:
             sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
         means = {k: v / max(batches, 1) for k, v in sums.items()}
         optional_losses = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
-        if cfg.spatial_smoothness_coef > 0.0:
+        if spatial_smoothing:
             optional_losses["Loss/spatial_smoothness"] = means["spatial_smoothness"]
         return {
             "Loss/surrogate": means["surrogate"],
