@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
+from fuselab_env_core.rotations import np_yaw
 from fuselab_env_core.runtime import FusedTerms
 from fuselab_envs.tasks.g1_walk_flat import BODIES, CONTACT_BODIES
 
@@ -136,6 +137,34 @@ def test_commands_stand_turn_in_place_or_walk_in_their_shares():
     assert np.all(np.abs(c[turning, 2]) <= 1.0) and np.abs(c[turning, 2]).max() > 0.9
     walking = ~standing & ~turning
     assert np.all(c[walking, :2] != 0.0)  # drawn jointly: no axis left zero
+
+
+def test_heading_commands_steer_the_yaw_rate_to_the_heading_every_step():
+    stiffness = 0.5
+    env = fuselab_envs.make(
+        "g1_walk_flat",
+        num_envs=400,
+        **{"commands.heading_fraction": 0.5, "commands.heading_stiffness": stiffness},
+    )
+    walking = np.any(env.command[:, :2] != 0.0, axis=1)
+    assert not env.steering[~walking].any()  # standing commands stay zero
+    assert abs(env.steering[walking].mean() - 0.5) < 0.1
+
+    def steered_yaw_rate():
+        yaw = np_yaw(env.robot.qpos[:, 3:7].astype(np.float64))
+        error = np.mod(env.heading_target - yaw + np.pi, 2 * np.pi) - np.pi
+        return np.clip(stiffness * error, -1.0, 1.0)
+
+    rng = np.random.default_rng(3)
+    held = env.command[~env.steering, 2].copy()
+    for _ in range(3):  # after the reset, and after steps (the robots turn as they fall)
+        np.testing.assert_allclose(
+            env.command[env.steering, 2], steered_yaw_rate()[env.steering], atol=1e-5
+        )
+        env.step(rng.uniform(-1, 1, (400, 29)).astype(np.float32))
+    np.testing.assert_array_equal(env.command[~env.steering, 2], held)  # the others hold
+    saturated = np.abs(env.command[env.steering, 2]) == 1.0
+    assert 0.1 < saturated.mean() < 0.9  # heading errors past 2 rad ask the range's end
 
 
 def test_bad_override_unknown_task_and_missing_file_are_named():

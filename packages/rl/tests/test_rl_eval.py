@@ -158,6 +158,15 @@ def test_any_policy_on_a_composed_config_is_measured_like_a_checkpoint(walk_run)
         evaluate_policy({**checkpoint["config"], "task_name": "cartpole"}, policy)
 
 
+def test_a_run_that_steered_to_headings_is_measured_on_held_yaw_rates(walk_run):
+    checkpoint = load_checkpoint(walk_run, field="run")
+    policy = load_policy(checkpoint, "run")
+    config = checkpoint["config"]
+    steering = {**config, "commands": {**config["commands"], "heading_fraction": 1.0}}
+    held = evaluate_policy(config, policy, num_envs=10, seconds=0.2)
+    assert evaluate_policy(steering, policy, num_envs=10, seconds=0.2) == held
+
+
 def test_bad_input_is_named(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="num_envs: expected an int >= 1, got 0"):
         evaluate(tmp_path, num_envs=0)

@@ -150,9 +150,19 @@ def np_quat_apply_inverse(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np_quat_apply(np_quat_conjugate(q), v)
 
 
-def np_yaw_quat(q: np.ndarray) -> np.ndarray:
+def np_yaw(q: np.ndarray) -> np.ndarray:
+    """The heading of q (rad, rotation about world z), as ``yaw_quat`` takes it."""
     w, x, y, z = np.moveaxis(q, -1, 0)
-    yaw = np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    return np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def np_wrap_angle(angle: np.ndarray) -> np.ndarray:
+    """``angle`` (rad) wrapped into [-pi, pi)."""
+    return np.mod(angle + np.pi, 2.0 * np.pi) - np.pi
+
+
+def np_yaw_quat(q: np.ndarray) -> np.ndarray:
+    yaw = np_yaw(q)
     zero = np.zeros_like(yaw)
     return np.stack([np.cos(0.5 * yaw), zero, zero, np.sin(0.5 * yaw)], axis=-1)
 

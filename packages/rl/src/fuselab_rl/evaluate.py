@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fuselab_env_core.rotations import np_quat_apply
+from fuselab_env_core.rotations import np_quat_apply, np_yaw
 from fuselab_rl.checkpoint import load_checkpoint, write_text_atomic
 from fuselab_rl.play import load_policy
 
@@ -74,8 +74,7 @@ def walk_commands(ranges: DictConfig | dict, num_envs: int, rng: np.random.Gener
 def heading_frame_velocity(qpos: np.ndarray, qvel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Planar base velocity in the heading (yaw-only) frame (N, 2) and the yaw rate (N,), from a
     floating base's MuJoCo state (qvel: world linear, body-frame angular velocity)."""
-    w, x, y, z = (qpos[:, k].astype(np.float64) for k in range(3, 7))
-    yaw = np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+    yaw = np_yaw(qpos[:, 3:7].astype(np.float64))
     cos, sin = np.cos(yaw), np.sin(yaw)
     vx, vy = qvel[:, 0], qvel[:, 1]
     planar = np.stack([cos * vx + sin * vy, -sin * vx + cos * vy], axis=-1)
@@ -122,6 +121,7 @@ def walk_rollout(
     from fuselab_envs.registry import make_env
 
     cfg.commands.resample_s = SETTLE_S + seconds + 10.0  # one command for the whole window
+    cfg.commands.heading_fraction = 0.0  # its yaw rate held, not steered to a heading
     cfg.events.push_interval_s = None
     cfg.env.episode_length_s = SETTLE_S + seconds + 10.0  # no time-out in the window
     env = make_env(cfg)

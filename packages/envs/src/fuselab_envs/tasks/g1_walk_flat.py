@@ -1,8 +1,10 @@
 """G1WalkFlat: the G1 follows body-frame velocity commands (vx, vy, wz) on flat ground.
 
 Commands are sampled per env and resampled every ``resample_s`` (a ``standing_fraction`` of them
-zero, a ``turning_fraction`` turning in place); resets put the robot in its standing pose with
-random yaw and joint noise; optional pushes kick the base velocity every ``push_interval_s``.
+zero, a ``turning_fraction`` turning in place); a ``heading_fraction`` of the walking ones steer
+to a heading instead of holding a yaw rate (mjlab's heading commands); resets put the robot in its
+standing pose with random yaw and joint noise; optional pushes kick the base velocity every
+``push_interval_s``.
 Every reward, termination and observation runs in the fused kernel; the task's Python touches
 whole arrays only.
 """
@@ -29,6 +31,7 @@ from fuselab_env_core.ranges import (
     PositiveFloat,
     Section,
 )
+from fuselab_env_core.rotations import np_wrap_angle, np_yaw
 from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
 from fuselab_envs.tasks.g1_common import check_g1_robot, g1_task_arrays, joint_array
 
@@ -91,6 +94,11 @@ class CommandCfg(Section):
     # Share that turns in place (vx = vy = 0): drawn jointly, a pure turn is rare, and the
     # policy stands still when asked to turn in place (README: 0.2 did not change that).
     turning_fraction: Fraction = 0.0
+    # Share of the walking commands whose yaw rate steers to a heading drawn uniformly in
+    # [-pi, pi): wz = heading_stiffness * heading error, clipped to ang_vel_z, every step. The
+    # command then asks wz ~ 0 once the heading is reached, as on a straight walk.
+    heading_fraction: Fraction = 0.0
+    heading_stiffness: PositiveFloat = 0.5  # rad/s of wz per rad of heading error
     lin_vel_x: Interval = (-1.0, 1.0)  # m/s
     lin_vel_y: Interval = (-0.5, 0.5)  # m/s
     ang_vel_z: Interval = (-1.0, 1.0)  # rad/s
@@ -147,6 +155,9 @@ class G1WalkFlat(FusedEnv):
             else max(1, round(self.events.push_interval_s / step_dt))
         )
         self._steps_to_resample = np.zeros(n, np.int32)
+        # The commands that steer to a heading, and their headings (rad, world frame).
+        self.steering = np.zeros(n, np.bool_)
+        self.heading_target = np.zeros(n, np.float32)
         # Reset-path buffers: the reset rows' state and their uniform draws (yaw, joint noise).
         self._qpos = np.zeros((n, facts.nq), np.float32)
         self._qvel = np.zeros((n, facts.nv), np.float32)
@@ -187,12 +198,21 @@ class G1WalkFlat(FusedEnv):
 
     def on_reset(self, env_ids):
         self._resample(env_ids)
+        qpos = self._qpos[: len(env_ids)]  # the state reset_state gave these rows
+        steering = self.steering[env_ids]
+        if steering.any():
+            rows = env_ids[steering]
+            error = np_wrap_angle(self.heading_target[rows] - np_yaw(qpos[steering, 3:7]))
+            self.command[rows, 2] = self._steer(error)
 
     def advance(self):
         self._steps_to_resample -= 1
         due = np.flatnonzero(self._steps_to_resample <= 0)
         if due.size:
             self._resample(due)
+        if self.commands.heading_fraction > 0.0:
+            error = np_wrap_angle(self.heading_target - np_yaw(self.robot.qpos[:, 3:7]))
+            np.copyto(self.command[:, 2], self._steer(error), where=self.steering)
         if self._push_steps is not None and (self.episode_step % self._push_steps == 0).any():
             self._push(np.flatnonzero(self.episode_step % self._push_steps == 0))
 
@@ -205,7 +225,16 @@ class G1WalkFlat(FusedEnv):
         kind = self.rng.random(k)  # below standing_fraction: stand; next turning_fraction: turn
         self.command[env_ids[kind < c.standing_fraction + c.turning_fraction], :2] = 0.0
         self.command[env_ids[kind < c.standing_fraction], 2] = 0.0
+        if c.heading_fraction > 0.0:  # (drawn only then: without it the stream is unchanged)
+            walking = kind >= c.standing_fraction + c.turning_fraction
+            self.steering[env_ids] = walking & (self.rng.random(k) < c.heading_fraction)
+            self.heading_target[env_ids] = self.rng.uniform(-np.pi, np.pi, k)
         self._steps_to_resample[env_ids] = self._resample_steps
+
+    def _steer(self, heading_error: np.ndarray) -> np.ndarray:
+        """The yaw-rate command that turns toward the heading: proportional, within ang_vel_z."""
+        c = self.commands
+        return np.clip(c.heading_stiffness * heading_error, *c.ang_vel_z)
 
     def _push(self, env_ids: np.ndarray) -> None:
         ending = self.terminated[env_ids] | self.truncated[env_ids]
