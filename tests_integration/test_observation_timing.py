@@ -35,7 +35,7 @@ def assert_rows_equal(a, b, row, what, atol=1e-6):
 @pytest.mark.parametrize("task", TASKS)
 def test_a_rows_observation_ignores_another_rows_reset(task, backend):
     """Two identical envs step alike, except that row 2 of one times out: row 0 observes the
-    same in both (the step's noise is drawn before any reset, so the actor's too)."""
+    same in both, the actor's noisy observations too."""
     quiet, resetting = make(task, backend, 3), make(task, backend, 3)
     for _ in range(3):
         actions = small_actions(quiet)
@@ -54,7 +54,8 @@ def test_a_rows_observation_ignores_another_rows_reset(task, backend):
 @pytest.mark.parametrize("task", TASKS)
 def test_a_rows_observation_is_the_same_with_one_env_as_with_many(task, backend):
     """Row 0 of a batch of 3 put into the state of a lone env observes what the lone env does,
-    step after step (the critic group: the actor's noise draws depend on the batch size)."""
+    step after step, in every group: the actor's noise is a function of the env's seed, step,
+    row and column, not of the batch size."""
     many, one = make(task, backend, 3), make(task, backend, 1)
     qpos, qvel = many.robot.qpos[:1].copy(), many.robot.qvel[:1].copy()
     one.write_state(np.array([0]), qpos, qvel)
@@ -63,13 +64,15 @@ def test_a_rows_observation_is_the_same_with_one_env_as_with_many(task, backend)
             getattr(one, name)[0] = getattr(many, name)[0]
     one.robot.update()
     one.terms.observe()
-    group = "critic"
-    assert_rows_equal(one.terms.buffers.obs[group], many.terms.buffers.obs[group], 0, "start")
+    for group, obs in one.terms.buffers.obs.items():
+        assert_rows_equal(obs, many.terms.buffers.obs[group], 0, f"{group} at the start")
     # MuJoCo Warp's batched solver rounds a world's sums differently in another batch size
     # (1e-6 after a step); a timing defect moves observations by 1e-3 to 1e-1.
     atol = 1e-4 if backend == "mjwarp" else 1e-6
     for step in range(5):
         actions = small_actions(many, seed=step)
         a, b = many.step(actions), one.step(actions[:1])
-        assert_rows_equal(a.obs[group], b.obs[group], 0, f"{task} {backend} step {step}", atol)
+        for group in a.obs:
+            what = f"{task} {backend} {group} step {step}"
+            assert_rows_equal(a.obs[group], b.obs[group], 0, what, atol)
         assert_rows_equal(a.reward, b.reward, 0, f"reward, step {step}", atol)

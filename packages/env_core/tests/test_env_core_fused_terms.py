@@ -20,9 +20,9 @@ RTOL, ATOL = 1e-5, 1e-6  # float32
 def run_both(cfg, state, dt, seed=0):
     fused = FusedTerms.build(cfg, state, dt=dt)
     oracle = NumpyTerms(fused.plan, state)
-    fused.sample_noise(np.random.default_rng(seed))
-    for group, noise in fused.buffers.noise.items():
-        oracle.buffers.noise[group][:] = noise
+    fused.seed_noise(seed)
+    fused.next_noise_draw()
+    oracle.buffers.noise_key[:] = fused.buffers.noise_key
     fused()
     oracle()
     return fused, oracle
@@ -49,26 +49,31 @@ def test_tracking_shaped_plan_matches_numpy_oracle(seed):
     # The random states exercise both outcomes of every termination.
     assert 0 < fused.buffers.terminated.mean() < 1
     assert 0 < fused.buffers.truncated.mean() < 1
-    actor, actor_noise = fused.plan.observations["actor"], fused.buffers.noise["actor"]
-    assert "command" not in actor.noise_slices()  # noise_std 0 -> a clean term, no noise columns
-    assert actor_noise.shape == (384, sum(t.size for t in actor.noisy_terms()))
-    assert np.std(actor_noise[:, actor.noise_slices()["joint_vel"]]) > 0.4
+    actor, critic = fused.plan.observations["actor"], fused.plan.observations["critic"]
+    noisy_obs = fused.buffers.obs["actor"].copy()
     std = fused.observation_noise_std("actor")  # per observation column, 0 where clean
+    for call in actor.noisy_terms():
+        fused.set_scalar(f"observations.actor.{call.entry}.noise_std", 0.0)
+    fused.observe()
+    noise = noisy_obs - fused.buffers.obs["actor"]
+    assert "command" not in {t.entry for t in actor.noisy_terms()}  # noise_std 0: a clean term
     for call in actor.terms:
-        columns = std[actor.slices()[call.entry]]
-        if call.entry in actor.noise_slices():
-            drawn = np.std(actor_noise[:, actor.noise_slices()[call.entry]])
-            assert drawn == pytest.approx(call.noise_std, rel=0.1)
-            np.testing.assert_array_equal(columns, np.float32(call.noise_std))
+        configured = synthetic.task_terms()["observations"]["actor"]["terms"][call.entry]
+        columns = actor.slices()[call.entry]
+        if call in actor.noisy_terms():
+            # uniform in +- sqrt(3) std, with the configured std
+            assert np.std(noise[:, columns]) == pytest.approx(configured["noise_std"], rel=0.1)
+            assert np.abs(noise[:, columns]).max() <= np.sqrt(3) * configured["noise_std"] + 1e-5
+            np.testing.assert_array_equal(std[columns], np.float32(configured["noise_std"]))
         else:
-            np.testing.assert_array_equal(columns, 0.0)
+            np.testing.assert_array_equal(noise[:, columns], 0.0)
+            np.testing.assert_array_equal(std[columns], 0.0)
+    assert not fused.observation_noise_std("actor").any()  # the std is a runtime slot
     assert not fused.observation_noise_std("critic").any()
-    critic = fused.plan.observations["critic"]
     np.testing.assert_array_equal(  # the clean command is the same in the noisy group
         fused.buffers.obs["actor"][:, actor.slices()["command"]],
         fused.buffers.obs["critic"][:, critic.slices()["command"]],
     )
-    assert "critic" not in fused.buffers.noise  # the critic stays clean
 
 
 def test_small_plan_matches_numpy_oracle_and_reports_terminations_apart():
@@ -187,8 +192,7 @@ def test_state_buffers_in_another_order_get_another_kernel():
 
 def test_kernel_prefetches_the_rows_later_terms_read():
     """Ahead of each env, the kernel prefetches the state rows that terms after the first one
-    read, and the noise; the first term's rows and rows shorter than a cache line it leaves to
-    the hardware."""
+    read; the first term's rows and rows shorter than a cache line it leaves to the hardware."""
     state = synthetic.random_state(64, np.random.default_rng(0))
     fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
     source = fused.report.source_path.read_text()
@@ -199,4 +203,4 @@ def test_kernel_prefetches_the_rows_later_terms_read():
     ]
     later = set().union(*reads[1:]) - reads[0]
     long_rows = {name for name in later if state[name][0].nbytes >= 64}
-    assert long_rows and prefetched == {f"state_{name}" for name in long_rows} | {"noise_0_actor"}
+    assert long_rows and prefetched == {f"state_{name}" for name in long_rows}

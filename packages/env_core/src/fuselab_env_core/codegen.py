@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fuselab_env_core.noise import UNIFORM_STD_TO_HALF_WIDTH
 from fuselab_env_core.plan import Const, Data, Input, Plan, Slot, TermCall
 from fuselab_env_core.terms import ERROR_MODEL, FASTMATH
 
@@ -29,8 +30,8 @@ KERNEL_NAMES = (SCORE_KERNEL, OBSERVE_KERNEL)
 
 # Rows that terms after the first one read are prefetched this many envs ahead. The first term's
 # reads start each env's iteration, in order, and the hardware prefetchers follow them; rows first
-# touched deep in the iteration (body velocities in rewards, joints in observations, the noise
-# added last) were cache misses the core waited for: 8% of update_state (G1 tracking, N=8192).
+# touched deep in the iteration (body velocities in rewards, joints in observations) were cache
+# misses the core waited for: 8% of update_state (G1 tracking, N=8192).
 PREFETCH_ENVS_AHEAD = 2
 CACHE_LINE_BYTES = 64
 
@@ -40,7 +41,7 @@ class KernelArg:
     """One argument of the generated kernel: its name, the buffer it binds to, and its type."""
 
     name: str  # identifier in the generated source
-    source: str  # "scalars", "state", "workspace", "data", "output", "obs", "noise"
+    source: str  # "scalars", "state", "workspace", "data", "output", "obs", "noise_key"
     key: str | int  # buffer name, data index or group name
     dtype: np.dtype
     shape: tuple[int, ...]  # without the leading num_envs for batched buffers
@@ -74,9 +75,9 @@ def kernel_args(plan: Plan) -> list[KernelArg]:
     for k, group in enumerate(plan.observations.values()):
         obs = _group_arg("obs", k, group.name)
         args.append(KernelArg(obs, "obs", group.name, f32, (group.width,)))
-        if group.noise:
-            noise = _group_arg("noise", k, group.name)
-            args.append(KernelArg(noise, "noise", group.name, f32, (group.noise_width,)))
+    if _noisy(plan):
+        uint64 = np.dtype(np.uint64)
+        args.append(KernelArg("noise_key", "noise_key", "", uint64, (2,), batched=False))
     return args
 
 
@@ -96,6 +97,8 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
         "",
         "from fuselab_env_core.prefetch import prefetch_row",
     ]
+    if _noisy(plan):
+        lines.append("from fuselab_env_core.noise import row_key, uniform_pm1")
     for term, alias in aliases.items():
         lines.append(f"from {term.module} import {term.qualname} as _{alias}")
     lines.append("")
@@ -103,11 +106,11 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
     observed = plan.observed_preamble()
     score_calls = [*plan.preamble, *plan.rewards, *plan.terminations]
     observe_calls = [*observed, *(t for g in plan.observations.values() for t in g.terms)]
-    score = _prefetch(plan, score_calls, arg_names, with_noise=False)
+    score = _prefetch(plan, score_calls, arg_names)
     score += _preamble_block(plan.preamble, aliases, arg_names)
     score += _reward_block(plan, aliases, arg_names)
     score += _termination_block(plan, aliases, arg_names)
-    observe = _prefetch(plan, observe_calls, arg_names, with_noise=True)
+    observe = _prefetch(plan, observe_calls, arg_names)
     observe += _preamble_block(observed, aliases, arg_names)
     observe += _observation_block(plan, aliases, arg_names)
     lines += _kernel(SCORE_KERNEL, [a.name for a in args], "reward.shape[0]", score)
@@ -134,8 +137,8 @@ def _kernel(name: str, params: list[str], count: str, body: list[str]) -> list[s
     ]
 
 
-def _prefetch(plan: Plan, calls: list[TermCall], arg_names: dict, with_noise: bool) -> list[str]:
-    late_rows = _late_rows(plan, calls, arg_names, with_noise)
+def _prefetch(plan: Plan, calls: list[TermCall], arg_names: dict) -> list[str]:
+    late_rows = _late_rows(plan, calls, arg_names)
     if not late_rows:
         return []
     body = [f"# prefetch the rows env i + {PREFETCH_ENVS_AHEAD} reads after its first term"]
@@ -182,29 +185,34 @@ def _termination_block(plan: Plan, aliases: dict, arg_names: dict) -> list[str]:
 
 def _observation_block(plan: Plan, aliases: dict, arg_names: dict) -> list[str]:
     body = []
+    if _noisy(plan):
+        body.append("noise_row = row_key(noise_key, i)  # env i's noise stream in this draw")
+    noise_columns = plan.noise_columns()
     for group in plan.observations.values():
+        obs = arg_names[("obs", group.name)]
         for call in group.terms:
             body.append(_comment(call) + f" -> columns {call.col}:{call.col + call.size}")
             body.append(_invoke(call, aliases, arg_names))
         for call in group.noisy_terms():
-            obs, noise = arg_names[("obs", group.name)], arg_names[("noise", group.name)]
-            start = group.noise_slices()[call.entry].start
-            columns = f"{start}:{start + call.size}"
+            stream = noise_columns[group.name] + call.col
             body += [
-                f"# {call.label}: add the owner's noise (noise columns {columns})",
+                f"# {call.label}: uniform noise, std scalars[{call.noise_slot}]",
+                f"half_width = scalars[{call.noise_slot}] * {UNIFORM_STD_TO_HALF_WIDTH!r}",
                 f"for c in range({call.size}):",
-                f"    {obs}[i, {call.col} + c] += {noise}[i, {start} + c]",
+                f"    u = uniform_pm1(noise_row, {stream} + c)",
+                f"    {obs}[i, {call.col} + c] += half_width * u",
             ]
     return body
 
 
-def _late_rows(
-    plan: Plan, calls: list[TermCall], arg_names: dict, with_noise: bool
-) -> list[tuple[str, int]]:
+def _noisy(plan: Plan) -> bool:
+    return any(group.noisy_terms() for group in plan.observations.values())
+
+
+def _late_rows(plan: Plan, calls: list[TermCall], arg_names: dict) -> list[tuple[str, int]]:
     """(kernel argument, row bytes) of the rows worth prefetching in a kernel running ``calls``:
-    state rows they read, except those the first one reads, and the noise. Rows shorter than a
-    cache line are left out: neighbouring envs share their lines, a stream the hardware
-    follows."""
+    state rows they read, except those the first one reads. Rows shorter than a cache line are
+    left out: neighbouring envs share their lines, a stream the hardware follows."""
     if not calls:
         return []
     first = {b.name for b in calls[0].args if isinstance(b, Input) and b.source == "state"}
@@ -213,11 +221,6 @@ def _late_rows(
         (arg_names[("state", name)], int(np.prod(spec.shape)) * spec.dtype.itemsize)
         for name, spec in plan.state.items()
         if name in read and name not in first
-    ]
-    rows += [
-        (arg_names[("noise", group.name)], group.noise_width * 4)
-        for group in plan.observations.values()
-        if with_noise and group.noise and group.noise_width
     ]
     return [(name, size) for name, size in rows if size >= CACHE_LINE_BYTES]
 

@@ -34,16 +34,16 @@ class TerminationCfg(TermCfg):
 @dataclass
 class ObservationCfg(TermCfg):
     noise_std: float = 0.0
-    """Std of the Gaussian noise the owner draws for this term in a noisy group. The kernel
-    adds noise only to terms with noise_std > 0: which terms are noisy is in the plan key."""
+    """Std of the uniform noise the kernel adds to this term in a noisy group (a runtime slot).
+    Only terms with noise_std > 0 are noisy: which terms are noisy is in the plan key."""
 
 
 @dataclass
 class ObservationGroupCfg:
     terms: dict[str, ObservationCfg] = field(default_factory=dict)
     noise: bool = False
-    """A noisy group takes a noise array, filled by its owner, that the kernel adds: one column
-    per column of its noisy terms (see ObservationGroup.noise_slices)."""
+    """In a noisy group the kernel adds noise to each term with noise_std > 0 (fuselab_env_core
+    .noise: one draw per env step, a pure function of the env's seed, the step, row and column)."""
 
 
 @dataclass

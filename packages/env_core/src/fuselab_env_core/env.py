@@ -151,6 +151,7 @@ class FusedEnv:
         self._reward_means = np.zeros(len(self.terms.plan.rewards), np.float64)
         self._termination_rates = np.zeros(len(self.terms.plan.terminations), np.float64)
         self._no_rows = np.zeros(0, np.intp)
+        self.terms.seed_noise(seed)
         self.reset_all()
         log.info(
             "env ready: %d envs, step %.3f s (decimation %d), %d steps per episode (%.1f ms)",
@@ -187,7 +188,7 @@ class FusedEnv:
     def reset_all(self) -> dict[str, np.ndarray]:
         self._reset(self.terms.all_rows)
         self._copy_bodies_if_stale()
-        self.terms.sample_noise(self.rng)
+        self.terms.next_noise_draw()
         self.terms.observe()
         return self.terms.buffers.obs
 
@@ -198,7 +199,7 @@ class FusedEnv:
         self._stale_rows.fill(False)  # every row is fresh
         self.episode_step += 1
         self._check_state()
-        self.terms.sample_noise(self.rng)  # drawn before any reset: no row's depends on another
+        self.terms.next_noise_draw()  # one draw for the step's observations, terminal ones too
         self.terms.score()
         self._outcome()
         info = self._statistics()

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from fuselab_env_core.noise import UNIFORM_STD_TO_HALF_WIDTH, uniform_noise
 from fuselab_env_core.plan import Const, Data, Input, Plan, PlanError, Slot, TermCall
 from fuselab_env_core.runtime import TermBuffers, num_envs_of
 
@@ -58,15 +59,18 @@ class NumpyTerms:
         rows = slice(None) if rows is None else rows
         for call in self.plan.observed_preamble():
             self._run(call)
+        envs, noise_columns = np.arange(self.num_envs), self.plan.noise_columns()
         for group in self.plan.observations.values():
             out = np.zeros_like(b.obs[group.name])
             for call in group.terms:
                 out[:, call.col : call.col + call.size] = self._checked(
                     call, self._run(call), (call.size,)
                 )
-            noise = group.noise_slices()
             for call in group.noisy_terms():
-                out[:, call.col : call.col + call.size] += b.noise[group.name][:, noise[call.entry]]
+                start = noise_columns[group.name] + call.col
+                noise = uniform_noise(b.noise_key, envs, np.arange(start, start + call.size))
+                half_width = b.scalars[call.noise_slot] * UNIFORM_STD_TO_HALF_WIDTH
+                out[:, call.col : call.col + call.size] += half_width * noise
             b.obs[group.name][rows] = out[rows]
 
     def reset_rows(self, rows: np.ndarray) -> None:

@@ -87,7 +87,7 @@ class TermCall:
     group: str | None = None  # observations
     col: int = 0
     size: int = 0
-    noise_std: float = 0.0
+    noise_slot: int | None = None  # observations in a noisy group: the runtime slot of its std
 
     @property
     def label(self) -> str:
@@ -105,27 +105,16 @@ class ObservationGroup:
         return {t.entry: slice(t.col, t.col + t.size) for t in self.terms}
 
     def noisy_terms(self) -> tuple[TermCall, ...]:
-        """Terms the kernel adds noise to: whether a term is noisy is structure, its std is not."""
-        return tuple(t for t in self.terms if self.noise and t.noise_std > 0)
+        """Terms the kernel adds noise to: whether a term is noisy is structure, its std is a
+        runtime slot."""
+        return tuple(t for t in self.terms if t.noise_slot is not None)
 
-    def noise_slices(self) -> dict[str, slice]:
-        """Where each noisy term's noise lies in the group's noise array. The array holds the
-        noisy terms' columns only, side by side in group order: no memory for clean columns."""
-        slices, col = {}, 0
-        for t in self.noisy_terms():
-            slices[t.entry] = slice(col, col + t.size)
-            col += t.size
-        return slices
-
-    @property
-    def noise_width(self) -> int:
-        return sum(t.size for t in self.noisy_terms())
-
-    def column_noise_std(self) -> np.ndarray:
-        """The std of the noise on each observation column (0 on clean columns)."""
+    def column_noise_std(self, scalars: np.ndarray) -> np.ndarray:
+        """The std of the noise on each observation column (0 on clean columns), from the
+        runtime scalar buffer ``scalars``."""
         std = np.zeros(self.width, np.float32)
         for t in self.noisy_terms():
-            std[t.col : t.col + t.size] = t.noise_std
+            std[t.col : t.col + t.size] = scalars[t.noise_slot]
         return std
 
 
@@ -163,6 +152,15 @@ class Plan:
             calls.append(call)
             needed |= reads(call)
         return calls[::-1]
+
+    def noise_columns(self) -> dict[str, int]:
+        """Where each group's columns start in an env's noise stream: the groups side by
+        side, in plan order (a column's noise is the same whichever groups are noisy)."""
+        starts, col = {}, 0
+        for group in self.observations.values():
+            starts[group.name] = col
+            col += group.width
+        return starts
 
     def slot(self, name: str) -> int:
         try:
@@ -247,7 +245,7 @@ class _Resolver:
                 raise PlanError(f"{where}.noise: expected true or false, got {gc.noise!r}")
             calls, col = [], 0
             for entry, oc in gc.terms.items():
-                call = self._observation(group, entry, oc, col)
+                call = self._observation(group, entry, oc, col, gc.noise)
                 calls.append(call)
                 col += call.size
             plan.observations[group] = ObservationGroup(group, col, gc.noise, tuple(calls))
@@ -270,7 +268,9 @@ class _Resolver:
         call = self._call("terminations", entry, tc, "termination")
         return replace(call, time_out=tc.time_out)
 
-    def _observation(self, group: str, entry: str, oc: ObservationCfg, col: int) -> TermCall:
+    def _observation(
+        self, group: str, entry: str, oc: ObservationCfg, col: int, noisy_group: bool
+    ) -> TermCall:
         section = f"observations.{group}"
         call = self._call(section, entry, oc, "observation")
         term = call.term
@@ -285,7 +285,11 @@ class _Resolver:
         noise_std = _float(f"{section}.{entry}.noise_std", oc.noise_std)
         if noise_std < 0:
             raise PlanError(f"{section}.{entry}.noise_std: expected >= 0, got {noise_std}")
-        return replace(call, group=group, col=col, size=int(size), noise_std=noise_std)
+        noise_slot = None
+        if noisy_group and noise_std > 0:
+            noise_slot = self._new_slot(f"{section}.{entry}.noise_std", noise_std)
+            self.plan.slot_ranges[noise_slot] = Range(ge=0.0)
+        return replace(call, group=group, col=col, size=int(size), noise_slot=noise_slot)
 
     # -- one term --------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """plan_key: a stable hash of everything that changes the generated kernel, and nothing else.
 
 In the key: the schema version, the Python and Numba versions, the code generator's source
-(with its prefetch intrinsic), the source of every term function and of the helpers and global
-constants it uses, the plan's structure, its compile-time constants, and the layouts and dtypes
-of its buffers. Not in the key: float parameter values, reward weights, ``dt``, data array
-values and ``num_envs`` -- those are runtime values, so tuning them never recompiles.
+(with its prefetch intrinsic and noise generator), the source of every term function and of the
+helpers and global constants it uses, the plan's structure, its compile-time constants, and the
+layouts and dtypes of its buffers. Not in the key: float parameter values (noise stds too),
+reward weights, ``dt``, data array values and ``num_envs`` -- those are runtime values, so
+tuning them never recompiles.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 import numba
 import numpy as np
 
-from fuselab_env_core import codegen, prefetch
+from fuselab_env_core import codegen, noise, prefetch
 from fuselab_env_core.plan import Const, Data, Input, Plan, Slot, TermCall
 from fuselab_env_core.terms import ERROR_MODEL, FASTMATH, Term
 
-SCHEMA_VERSION = 2  # 2: score and observe entry points, task arrays, body names
+SCHEMA_VERSION = 3  # 2: score and observe, task arrays, body names; 3: noise in the kernel
 KEY_LENGTH = 24
 
 
@@ -33,7 +34,9 @@ def plan_key(plan: Plan) -> str:
         "schema": SCHEMA_VERSION,
         "python": list(sys.version_info[:2]),
         "numba": numba.__version__,
-        "codegen": _digest(inspect.getsource(codegen) + inspect.getsource(prefetch)),
+        "codegen": _digest(
+            inspect.getsource(codegen) + inspect.getsource(prefetch) + inspect.getsource(noise)
+        ),
         "jit_options": [sorted(FASTMATH), ERROR_MODEL],
         # Lists, not dicts: the order of buffers is the order of the kernel's arguments.
         "state": [[n, list(s.shape), s.dtype.str] for n, s in plan.state.items()],

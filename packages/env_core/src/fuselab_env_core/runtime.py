@@ -21,7 +21,8 @@ import numpy as np
 from fuselab_env_core.codegen import KernelArg, kernel_args
 from fuselab_env_core.compiler import BuildReport, FusedKernels, compile_plan
 from fuselab_env_core.config import TaskTermsCfg
-from fuselab_env_core.plan import BufferSpec, ObservationGroup, Plan, PlanError, resolve_plan
+from fuselab_env_core.noise import stream_key
+from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,7 @@ class TermBuffers:
         self.truncated = np.zeros(n, np.bool_)
         self.termination_terms = np.zeros((n, len(plan.terminations)), np.bool_)
         self.obs = {g.name: np.zeros((n, g.width), np.float32) for g in plan.observations.values()}
-        self.noise = {
-            g.name: np.zeros((n, g.noise_width), np.float32)
-            for g in plan.observations.values()
-            if g.noise
-        }
+        self.noise_key = np.zeros(2, np.uint64)  # observation noise: (stream key, draw)
 
 
 class FusedTerms:
@@ -67,7 +64,6 @@ class FusedTerms:
         self.buffers = TermBuffers(plan, self.num_envs)
         self.all_rows = np.arange(self.num_envs, dtype=np.intp)
         self._args = tuple(self._bind(arg) for arg in kernel_args(plan))
-        self._noise_std = {name: noise_std(plan.observations[name]) for name in self.buffers.noise}
         self._reset_values = plan.reset_values()
 
     @classmethod
@@ -160,19 +156,21 @@ class FusedTerms:
     def scalar(self, name: str) -> float:
         return float(self.buffers.scalars[self.plan.slot(name)])
 
-    def sample_noise(self, rng: np.random.Generator) -> None:
-        """Fill each group's noise array with N(0, noise_std) of the term each column belongs to
-        (in place: one draw and one scaling per group, no temporaries)."""
-        for name, noise in self.buffers.noise.items():
-            rng.standard_normal(dtype=np.float32, out=noise)
-            noise *= self._noise_std[name]
+    def seed_noise(self, seed: int) -> None:
+        """Start the observation noise stream of ``seed`` at its first draw."""
+        self.buffers.noise_key[:] = (stream_key(seed), 0)
+
+    def next_noise_draw(self) -> None:
+        """Move the observation noise to its next draw: an env calls it once per step, before
+        scoring, so every observation of the step (terminal ones too) sees the same noise."""
+        self.buffers.noise_key[1] += np.uint64(1)
 
     def observation_noise_std(self, group: str) -> np.ndarray:
-        """The std of the noise :meth:`sample_noise` adds to each column of a group's
-        observations (0 on clean columns; all 0 for a group without noise)."""
+        """The std of the noise the kernel adds to each column of a group's observations (0 on
+        clean columns; all 0 for a group without noise)."""
         if group not in self.plan.observations:
             raise KeyError(f"observation group {group!r}: accepted {list(self.plan.observations)}")
-        return self.plan.observations[group].column_noise_std()
+        return self.plan.observations[group].column_noise_std(self.buffers.scalars)
 
     # -- binding -----------------------------------------------------------------------------
 
@@ -187,7 +185,9 @@ class FusedTerms:
         assert isinstance(key, str)  # every other source is bound by name
         if arg.source == "state":
             return _checked(f"state buffer {key!r}", self.state[key], arg, self.num_envs)
-        sources = {"workspace": b.workspace, "obs": b.obs, "noise": b.noise}
+        if arg.source == "noise_key":
+            return b.noise_key
+        sources = {"workspace": b.workspace, "obs": b.obs}
         if arg.source in sources:
             return sources[arg.source][key]
         return getattr(b, key)
@@ -218,13 +218,6 @@ def prefer_sleeping_omp_threads() -> bool:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     log.info("OMP_WAIT_POLICY=PASSIVE for Numba's and torch's OpenMP threads (set it to override)")
     return True
-
-
-def noise_std(group: ObservationGroup) -> np.ndarray:
-    """The std of each column of a group's noise array: its noisy columns' (noisy terms have a
-    std > 0), side by side in group order, as the array holds them."""
-    std = group.column_noise_std()
-    return std[std > 0]
 
 
 def state_specs(state: Mapping[str, np.ndarray]) -> dict[str, BufferSpec]:

@@ -310,10 +310,11 @@ def _spatial_smoothness(
     spatial term, Mysore et al. 2021, squared here). A deterministic policy feeds its sensors'
     noise into its actions; this term lowers that gain where the noise is, and leaves the
     response to real state changes (a gait's) to the other losses."""
-    noise = torch.randn(
+    uniform = torch.rand(
         actor_obs.shape, generator=generator, device=actor_obs.device, dtype=actor_obs.dtype
     )
-    perturbed = policy.action_mean(actor_obs + noise * noise_std)
+    noise = (2.0 * uniform - 1.0) * (math.sqrt(3.0) * noise_std)  # the env's: uniform, this std
+    perturbed = policy.action_mean(actor_obs + noise)
     return (perturbed - mean).square().sum(-1).mean()
 
 
