@@ -2,10 +2,11 @@
 
 ``score`` loops over every env with ``prange`` and runs the preamble, the rewards and the
 terminations; ``observe`` loops over the env rows it is given and runs the preamble terms the
-observations read (persistent ones excepted: they advance once per scored step) and the
-observation groups. Per env, each prefetches the rows a later env will read, then runs its terms
-in plan order, one commented block per term. The source is written to the plan's cache
-directory, where a user debugging a term can read it.
+observations read (persistent ones excepted: they advance once per scored step), the
+observation groups with their noise, and flags rows whose observations are not finite. Per
+env, each prefetches the rows a later env will read, then runs its terms in plan order, one
+commented block per term. The source is written to the plan's cache directory, where a user
+debugging a term can read it.
 
 Scaling rules the generator keeps (a kernel that breaks them was measured at 1.0x on 2 threads
 with the workqueue layer and 0.5x with OpenMP, instead of 2.0x): per-env accumulators start as
@@ -33,6 +34,7 @@ KERNEL_NAMES = (SCORE_KERNEL, OBSERVE_KERNEL)
 # touched deep in the iteration (body velocities in rewards, joints in observations) were cache
 # misses the core waited for: 8% of update_state (G1 tracking, N=8192).
 PREFETCH_ENVS_AHEAD = 2
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 CACHE_LINE_BYTES = 64
 
 
@@ -71,6 +73,7 @@ def kernel_args(plan: Plan) -> list[KernelArg]:
         KernelArg(
             "termination_terms", "output", "termination_terms", flag, (len(plan.terminations),)
         ),
+        KernelArg("obs_finite", "output", "obs_finite", flag, ()),
     ]
     for k, group in enumerate(plan.observations.values()):
         obs = _group_arg("obs", k, group.name)
@@ -113,6 +116,7 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
     observe = _prefetch(plan, observe_calls, arg_names)
     observe += _preamble_block(observed, aliases, arg_names)
     observe += _observation_block(plan, aliases, arg_names)
+    observe += _finite_check(plan, arg_names)
     lines += _kernel(SCORE_KERNEL, [a.name for a in args], "reward.shape[0]", score)
     lines += _kernel(OBSERVE_KERNEL, ["rows", *(a.name for a in args)], "rows.shape[0]", observe)
     return "\n".join(lines) + "\n"
@@ -203,6 +207,19 @@ def _observation_block(plan: Plan, aliases: dict, arg_names: dict) -> list[str]:
                 f"    {obs}[i, {call.col} + c] += half_width * u",
             ]
     return body
+
+
+def _finite_check(plan: Plan, arg_names: dict) -> list[str]:
+    """``obs_finite[i]``: whether env i's observations are finite float32s: the sum of their
+    magnitudes is (NaN fails the comparison). Not isfinite on each: the compiler may hand the
+    check a term's float64 result in place of the float32 it stored, which overflowed to inf."""
+    body = ["# are env i's observations finite float32s?", "magnitude = 0.0"]
+    for group in plan.observations.values():
+        body += [
+            f"for c in range({group.width}):",
+            f"    magnitude += abs({arg_names[('obs', group.name)]}[i, c])",
+        ]
+    return [*body, f"obs_finite[i] = magnitude <= {FLOAT32_MAX!r}"]
 
 
 def _noisy(plan: Plan) -> bool:

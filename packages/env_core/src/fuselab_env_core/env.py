@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numba
 import numpy as np
 
 from fuselab_env_core.backend import SimBackend
@@ -109,8 +110,6 @@ class FusedEnv:
         self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
         self._state_finite = np.ones(n, np.bool_)  # rows whose physics did not diverge
         self._reward_finite = np.ones(n, np.bool_)  # rows whose reward did not overflow
-        self._obs_finite = np.ones(n, np.bool_)  # rows whose observations are finite
-        self._obs_row_sum = np.zeros(n, np.float32)
         self._done = np.zeros(n, np.bool_)
         self._stale_rows = np.zeros(n, np.bool_)  # physics state written since the last copy
         robot.update()
@@ -213,7 +212,7 @@ class FusedEnv:
             self._reset(done)
         self._copy_bodies_if_stale()
         self.terms.observe()
-        broken = self._rows_with_non_finite_obs()
+        broken = self._rows_where_not(self.terms.buffers.obs_finite)  # the kernel's flags
         info["non_finite_observations"] = broken
         if broken.size:
             done = self._end_broken_rows(broken, done)
@@ -242,8 +241,7 @@ class FusedEnv:
     def _check_state(self) -> None:
         """Rows whose physics state went non-finite (a diverged simulation; the backends leave
         such rows as they are until a reset)."""
-        np.isfinite(self.robot.qvel).all(axis=1, out=self._state_finite)
-        self._state_finite &= np.isfinite(self.robot.qpos).all(axis=1)
+        _rows_finite(self.robot.qpos, self.robot.qvel, self._state_finite)
 
     def _outcome(self) -> None:
         """The step's reward, failures and time-outs from the scored kernel outputs; rows with
@@ -267,15 +265,6 @@ class FusedEnv:
         self.terms.observe(done)
         for group, obs in self.terms.buffers.obs.items():
             self.terminal_obs[group][done] = obs[done]
-
-    def _rows_with_non_finite_obs(self) -> np.ndarray:
-        """Rows whose fresh observations hold a NaN or an inf (one row sum per group: a
-        non-finite value makes its row's sum non-finite)."""
-        self._obs_finite.fill(True)
-        for obs in self.terms.buffers.obs.values():
-            np.sum(obs, axis=1, out=self._obs_row_sum)
-            self._obs_finite &= np.isfinite(self._obs_row_sum)
-        return self._rows_where_not(self._obs_finite)
 
     def _end_broken_rows(self, broken: np.ndarray, done: np.ndarray) -> np.ndarray:
         """Rows whose observations went non-finite on a finite state (a term overflowed):
@@ -330,6 +319,19 @@ class FusedEnv:
 
     def _rows_where_not(self, flags: np.ndarray) -> np.ndarray:
         return self._no_rows if flags.all() else np.flatnonzero(~flags)
+
+
+@numba.njit(parallel=True, cache=True)
+def _rows_finite(first, second, out):
+    """``out[i]``: whether rows ``i`` of ``first`` and ``second`` are finite (their float64 sum
+    is: a float32 row cannot overflow it)."""
+    for i in numba.prange(out.shape[0]):
+        row_sum = 0.0
+        for j in range(first.shape[1]):
+            row_sum += first[i, j]
+        for j in range(second.shape[1]):
+            row_sum += second[i, j]
+        out[i] = math.isfinite(row_sum)
 
 
 def _vector(name: str, values: Any, size: int) -> np.ndarray:

@@ -41,6 +41,7 @@ class TermBuffers:
         self.truncated = np.zeros(n, np.bool_)
         self.termination_terms = np.zeros((n, len(plan.terminations)), np.bool_)
         self.obs = {g.name: np.zeros((n, g.width), np.float32) for g in plan.observations.values()}
+        self.obs_finite = np.ones(n, np.bool_)  # rows whose observations are all finite
         self.noise_key = np.zeros(2, np.uint64)  # observation noise: (stream key, draw)
 
 
