@@ -75,7 +75,12 @@ PPO_KEYS = (
 )
 VEC_ENV_KEYS = ("clip_actions",)
 # fuselab-only terms, compared only when switched off
-OFF_IN_RSL_RL = {"smoothness_coef": 0.0, "spatial_smoothness_coef": 0.0}
+OFF_IN_RSL_RL = {
+    "smoothness_coef": 0.0,
+    "spatial_smoothness_coef": 0.0,
+    "entropy_decay_iterations": None,
+    "entropy_coef_final": 0.0,
+}
 MODEL_KEYS = (
     "actor_hidden_dims",
     "critic_hidden_dims",

@@ -37,7 +37,19 @@ common.lin_vel_z_l2.numpy(lambda v: v[:, 2] ** 2)
 common.ang_vel_xy_l2.numpy(lambda w: w[:, 0] ** 2 + w[:, 1] ** 2)
 common.action_rate_l2.numpy(lambda a, last: np.sum((a - last) ** 2, axis=1))
 common.joint_deviation_l1.numpy(lambda q, q0: np.sum(np.abs(q - q0), axis=1))
-common.posture_exp.numpy(lambda q, q0, std: np.exp(-np.mean(((q - q0) / std) ** 2, axis=1)))
+
+
+@common.variable_posture_exp.numpy
+def _(q, q0, command, standing, walking, running, walking_threshold, running_threshold):
+    speed = np.linalg.norm(command[:, :2], axis=1) + np.abs(command[:, 2])
+    std = np.where(
+        (speed > running_threshold)[:, None],
+        running,
+        np.where((speed > walking_threshold)[:, None], walking, standing),
+    )
+    return np.exp(-np.mean(((q - q0) / std) ** 2, axis=1))
+
+
 common.joint_pos_limits.numpy(
     lambda q, lower, upper: np.sum(np.maximum(lower - q, 0) + np.maximum(q - upper, 0), axis=1)
 )

@@ -47,7 +47,9 @@ def walk_terms(overrides=()):
         "soft_joint_pos_lower": np.full(joints, -1.0, np.float32),
         "soft_joint_pos_upper": np.full(joints, 1.0, np.float32),
         "default_joint_pos": np.random.default_rng(7).normal(0, 0.3, joints).astype(np.float32),
-        "posture_std": np.linspace(0.1, 0.4, joints).astype(np.float32),
+        "posture_std_standing": np.full(joints, 0.05, np.float32),
+        "posture_std_walking": np.linspace(0.1, 0.4, joints).astype(np.float32),
+        "posture_std_running": np.linspace(0.2, 0.6, joints).astype(np.float32),
     }
     names = {"body_names": BODIES, "contact_body_names": CONTACT_BODIES}
     return terms, {"arrays": arrays, "names": names}
@@ -60,8 +62,9 @@ def test_every_term_matches_its_numpy_twin(seed):
     terms, bound = walk_terms()
     fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
-    fused.sample_noise(rng)
-    oracle.buffers.noise["actor"][:] = fused.buffers.noise["actor"]
+    fused.seed_noise(seed)
+    fused.next_noise_draw()
+    oracle.buffers.noise_key[:] = fused.buffers.noise_key
     for _ in range(3):  # the feet timers carry state from step to step
         state["contact_force_w"][:] = np.where(
             rng.random((N_RANDOM, 6, 1)) < 0.5, rng.normal(0, 50, (N_RANDOM, 6, 3)), 0.0
@@ -124,19 +127,28 @@ def test_after_pushes_and_resets_the_bound_state_equals_a_full_copy():
             np.testing.assert_array_equal(copied[name], array, err_msg=name)
 
 
-def test_commands_stand_turn_in_place_or_walk_in_their_shares():
+def test_commands_stand_turn_in_place_walk_straight_or_walk_in_their_shares():
+    shares = {"standing": 0.2, "turning": 0.3, "straight": 0.25}
     env = fuselab_envs.make(
         "g1_walk_flat",
-        num_envs=2000,
-        **{"commands.standing_fraction": 0.2, "commands.turning_fraction": 0.3},
+        num_envs=4000,
+        **{f"commands.{kind}_fraction": share for kind, share in shares.items()},
     )
     c = env.command
-    standing = np.all(c == 0.0, axis=1)
-    turning = np.all(c[:, :2] == 0.0, axis=1) & (c[:, 2] != 0.0)
-    assert abs(standing.mean() - 0.2) < 0.04 and abs(turning.mean() - 0.3) < 0.04
-    assert np.all(np.abs(c[turning, 2]) <= 1.0) and np.abs(c[turning, 2]).max() > 0.9
-    walking = ~standing & ~turning
+    planar, yaw = np.any(c[:, :2] != 0.0, axis=1), c[:, 2] != 0.0
+    kinds = {
+        "standing": ~planar & ~yaw,
+        "turning": ~planar & yaw,
+        "straight": planar & ~yaw,
+    }
+    for kind, share in shares.items():
+        assert abs(kinds[kind].mean() - share) < 0.03, kind
+    assert (
+        np.all(np.abs(c[kinds["turning"], 2]) <= 1.0) and np.abs(c[kinds["turning"], 2]).max() > 0.9
+    )
+    walking = planar & yaw
     assert np.all(c[walking, :2] != 0.0)  # drawn jointly: no axis left zero
+    assert abs(walking.mean() - 0.25) < 0.03
 
 
 def test_heading_commands_steer_the_yaw_rate_to_the_heading_every_step():
@@ -144,7 +156,12 @@ def test_heading_commands_steer_the_yaw_rate_to_the_heading_every_step():
     env = fuselab_envs.make(
         "g1_walk_flat",
         num_envs=400,
-        **{"commands.heading_fraction": 0.5, "commands.heading_stiffness": stiffness},
+        **{
+            "commands.heading_fraction": 0.5,
+            "commands.heading_stiffness": stiffness,
+            "commands.turning_fraction": 0.0,
+            "commands.straight_fraction": 0.0,
+        },
     )
     walking = np.any(env.command[:, :2] != 0.0, axis=1)
     assert not env.steering[~walking].any()  # standing commands stay zero
@@ -203,8 +220,8 @@ def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
         ("commands.resample_s=0", r"commands\.resample_s: expected > 0, got 0"),
         (
             "commands.turning_fraction=0.95",
-            r"commands\.standing_fraction \+ commands\.turning_fraction: expected <= 1, "
-            r"got 0\.1 \+ 0\.95",
+            r"commands\.standing_fraction \+ commands\.turning_fraction \+ "
+            r"commands\.straight_fraction: expected <= 1, got 0\.1 \+ 0\.95 \+ 0\.2",
         ),
         (
             "commands.lin_vel_x=[1,-1]",

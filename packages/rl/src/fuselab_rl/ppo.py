@@ -28,6 +28,7 @@ from torch import nn
 
 from fuselab_env_core.ranges import (
     Fraction,
+    Interval,
     LayerSizes,
     NonNegativeFloat,
     PositiveFloat,
@@ -66,6 +67,11 @@ class PPOCfg(Section):
     value_loss_coef: NonNegativeFloat = 1.0
     use_clipped_value_loss: bool = True
     entropy_coef: NonNegativeFloat = 0.01
+    # [first, last] update over which the entropy coefficient falls linearly from entropy_coef
+    # to entropy_coef_final (null: it stays entropy_coef): explore widely while a gait forms,
+    # then let the exploration noise shrink
+    entropy_decay_iterations: Interval | None = None
+    entropy_coef_final: NonNegativeFloat = 0.0
     max_grad_norm: PositiveFloat = 1.0
     smoothness_coef: NonNegativeFloat = 0.0
     spatial_smoothness_coef: NonNegativeFloat = 0.0
@@ -148,6 +154,16 @@ class PPO:
         self.actor_noise_std = actor_noise_std
         self.learning_rate = cfg.learning_rate
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+        self.updates = 0  # updates made, which the entropy coefficient's decay follows
+
+    def entropy_coef(self) -> float:
+        """The entropy coefficient of the next update, the ``updates + 1``-th."""
+        cfg = self.cfg
+        if cfg.entropy_decay_iterations is None:
+            return cfg.entropy_coef
+        first, last = cfg.entropy_decay_iterations
+        progress = min(max((self.updates + 1 - first) / max(last - first, 1.0), 0.0), 1.0)
+        return cfg.entropy_coef + progress * (cfg.entropy_coef_final - cfg.entropy_coef)
 
     def compute_returns(self, storage: RolloutStorage, last_values: torch.Tensor) -> None:
         returns, advantages = compute_gae(
@@ -174,6 +190,7 @@ class PPO:
         term's perturbations come from ``noise_generator`` (on the learner's device; default:
         ``generator``, for a CPU learner)."""
         cfg = self.cfg
+        entropy_coef = self.entropy_coef()
         sums = dict.fromkeys(
             (
                 "surrogate",
@@ -225,7 +242,7 @@ class PPO:
             else:
                 value_loss = (values - batch.returns).square().mean()
 
-            loss = surrogate_loss + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+            loss = surrogate_loss + cfg.value_loss_coef * value_loss - entropy_coef * entropy
             if smoothing:
                 smoothness = _temporal_smoothness(dist.mean, batch)
                 loss = loss + cfg.smoothness_coef * smoothness
@@ -255,10 +272,13 @@ class PPO:
             sums["entropy"] += entropy.item()
             sums["kl"] += kl.item()
             sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
+        self.updates += 1
         means = {k: v / max(batches, 1) for k, v in sums.items()}
         optional_losses = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
         if spatial_smoothing:
             optional_losses["Loss/spatial_smoothness"] = means["spatial_smoothness"]
+        if cfg.entropy_decay_iterations is not None:
+            optional_losses["Loss/entropy_coef"] = entropy_coef
         return {
             "Loss/surrogate": means["surrogate"],
             "Loss/value": means["value"],
@@ -442,6 +462,7 @@ class PPOTrainer:
             "policy": self.policy.state_dict(),
             "optimizer": self.ppo.optimizer.state_dict(),
             "learning_rate": self.ppo.learning_rate,
+            "updates": self.ppo.updates,
             "generator": self.generator.get_state(),
             "episode_stats": self.stats.state_dict(),
             "num_envs": self.num_envs,
@@ -462,6 +483,7 @@ class PPOTrainer:
             self.ppo.learning_rate = float(state["learning_rate"])
         for group in self.ppo.optimizer.param_groups:
             group["lr"] = self.ppo.learning_rate
+        self.ppo.updates = int(state.get("updates", 0))  # checkpoints before the decay: 0
         self.generator.set_state(state["generator"])
         if self.noise_generator is not self.generator and "noise_generator" in state:
             self.noise_generator.set_state(state["noise_generator"])

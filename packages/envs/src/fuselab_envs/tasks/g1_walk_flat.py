@@ -1,10 +1,10 @@
 """G1WalkFlat: the G1 follows body-frame velocity commands (vx, vy, wz) on flat ground.
 
 Commands are sampled per env and resampled every ``resample_s`` (a ``standing_fraction`` of them
-zero, a ``turning_fraction`` turning in place); a ``heading_fraction`` of the walking ones steer
-to a heading instead of holding a yaw rate (mjlab's heading commands); resets put the robot in its
-standing pose with random yaw and joint noise; optional pushes kick the base velocity every
-``push_interval_s``.
+zero, a ``turning_fraction`` turning in place, a ``straight_fraction`` walking without turning);
+a ``heading_fraction`` of the others steer to a heading instead of holding a yaw rate (mjlab's
+heading commands); resets put the robot in its standing pose with random yaw and joint noise;
+optional pushes kick the base velocity every ``push_interval_s``.
 Every reward, termination and observation runs in the fused kernel; the task's Python touches
 whole arrays only.
 """
@@ -49,38 +49,67 @@ CONTACT_BODIES = (
 )
 
 
-# posture_exp's tolerance per joint (radians; mjlab's G1 velocity task): the legs swing, the
-# waist and the arms hold the default pose. Keys are joint names without side and "_joint".
-POSTURE_STD_RAD = {
+# variable_posture_exp's tolerances per joint (radians; mjlab's G1 velocity task): to stand every
+# joint holds the default pose; to walk and run the legs swing while the waist and arms hold it.
+# Keys are joint names without side and "_joint".
+POSTURE_STANDING_STD_RAD = 0.05
+POSTURE_WALKING_STD_RAD = {
     "hip_pitch": 0.3,
     "hip_roll": 0.15,
     "hip_yaw": 0.15,
     "knee": 0.35,
     "ankle_pitch": 0.25,
     "ankle_roll": 0.1,
-    "waist_yaw": 0.15,
+    "waist_yaw": 0.2,
     "waist_roll": 0.08,
     "waist_pitch": 0.1,
-    "shoulder_pitch": 0.35,
+    "shoulder_pitch": 0.15,
     "shoulder_roll": 0.15,
     "shoulder_yaw": 0.1,
-    "elbow": 0.25,
+    "elbow": 0.15,
+    "wrist_roll": 0.3,
+    "wrist_pitch": 0.3,
+    "wrist_yaw": 0.3,
+}
+POSTURE_RUNNING_STD_RAD = {
+    "hip_pitch": 0.5,
+    "hip_roll": 0.2,
+    "hip_yaw": 0.2,
+    "knee": 0.6,
+    "ankle_pitch": 0.35,
+    "ankle_roll": 0.15,
+    "waist_yaw": 0.3,
+    "waist_roll": 0.08,
+    "waist_pitch": 0.2,
+    "shoulder_pitch": 0.5,
+    "shoulder_roll": 0.2,
+    "shoulder_yaw": 0.15,
+    "elbow": 0.35,
     "wrist_roll": 0.3,
     "wrist_pitch": 0.3,
     "wrist_yaw": 0.3,
 }
 
 
-def posture_std(joint_names: tuple[str, ...]) -> np.ndarray:
-    """POSTURE_STD_RAD of each joint, in the model's joint order."""
+def posture_std(joint_names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The task arrays of variable_posture_exp: each regime's tolerance of every joint, in the
+    model's joint order."""
 
     def key(name: str) -> str:
         return name.removeprefix("left_").removeprefix("right_").removesuffix("_joint")
 
-    missing = [name for name in joint_names if key(name) not in POSTURE_STD_RAD]
+    missing = [name for name in joint_names if key(name) not in POSTURE_WALKING_STD_RAD]
     if missing:
-        raise ValueError(f"robot: joints {missing} have no posture tolerance (POSTURE_STD_RAD)")
-    return np.array([POSTURE_STD_RAD[key(name)] for name in joint_names], np.float32)
+        raise ValueError(f"robot: joints {missing} have no posture tolerance (POSTURE_*_STD_RAD)")
+    return {
+        "posture_std_standing": np.full(len(joint_names), POSTURE_STANDING_STD_RAD, np.float32),
+        "posture_std_walking": np.array(
+            [POSTURE_WALKING_STD_RAD[key(n)] for n in joint_names], np.float32
+        ),
+        "posture_std_running": np.array(
+            [POSTURE_RUNNING_STD_RAD[key(n)] for n in joint_names], np.float32
+        ),
+    }
 
 
 @dataclass
@@ -91,9 +120,10 @@ class CommandCfg(Section):
 
     resample_s: PositiveFloat = 4.0
     standing_fraction: Fraction = 0.1  # share of commands that are zero
-    # Share that turns in place (vx = vy = 0): drawn jointly, a pure turn is rare, and the
-    # policy stands still when asked to turn in place (README: 0.2 did not change that).
+    # Share that turns in place (vx = vy = 0) and share that walks straight (wz = 0): drawn
+    # jointly, pure turns and straight walks are rare.
     turning_fraction: Fraction = 0.0
+    straight_fraction: Fraction = 0.0
     # Share of the walking commands whose yaw rate steers to a heading drawn uniformly in
     # [-pi, pi): wz = heading_stiffness * heading error, clipped to ang_vel_z, every step. The
     # command then asks wz ~ 0 once the heading is reached, as on a straight walk.
@@ -105,10 +135,11 @@ class CommandCfg(Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.standing_fraction + self.turning_fraction > 1.0:
+        shares = (self.standing_fraction, self.turning_fraction, self.straight_fraction)
+        if sum(shares) > 1.0:
             raise ValueError(
-                f"commands.standing_fraction + commands.turning_fraction: expected <= 1, got "
-                f"{self.standing_fraction} + {self.turning_fraction}"
+                "commands.standing_fraction + commands.turning_fraction + "
+                f"commands.straight_fraction: expected <= 1, got {' + '.join(map(str, shares))}"
             )
 
 
@@ -141,10 +172,7 @@ class G1WalkFlat(FusedEnv):
         self.commands = commands or CommandCfg()
         self.events = events or EventCfg()
         self.facts = facts
-        self.task_arrays = {
-            **g1_task_arrays(facts),
-            "posture_std": posture_std(facts.joint_names),
-        }
+        self.task_arrays = {**g1_task_arrays(facts), **posture_std(facts.joint_names)}
         self.default_pose = self.task_arrays["default_joint_pos"]
         self.command = np.zeros((n, 3), np.float32)
         step_dt = facts.physics_dt * decimation
@@ -222,11 +250,16 @@ class G1WalkFlat(FusedEnv):
         c, k = self.commands, len(env_ids)
         for axis, (low, high) in enumerate((c.lin_vel_x, c.lin_vel_y, c.ang_vel_z)):
             self.command[env_ids, axis] = self.rng.uniform(low, high, k)
-        kind = self.rng.random(k)  # below standing_fraction: stand; next turning_fraction: turn
-        self.command[env_ids[kind < c.standing_fraction + c.turning_fraction], :2] = 0.0
-        self.command[env_ids[kind < c.standing_fraction], 2] = 0.0
+        # kind below standing_fraction: stand; in the next turning_fraction: turn in place; in
+        # the next straight_fraction: walk straight; above: walk and turn
+        kind = self.rng.random(k)
+        turning = c.standing_fraction + c.turning_fraction
+        straight = turning + c.straight_fraction
+        self.command[env_ids[kind < turning], :2] = 0.0
+        holds_yaw = (kind < c.standing_fraction) | ((kind >= turning) & (kind < straight))
+        self.command[env_ids[holds_yaw], 2] = 0.0
         if c.heading_fraction > 0.0:  # (drawn only then: without it the stream is unchanged)
-            walking = kind >= c.standing_fraction + c.turning_fraction
+            walking = kind >= straight
             self.steering[env_ids] = walking & (self.rng.random(k) < c.heading_fraction)
             self.heading_target[env_ids] = self.rng.uniform(-np.pi, np.pi, k)
         self._steps_to_resample[env_ids] = self._resample_steps

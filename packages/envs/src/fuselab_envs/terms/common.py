@@ -94,12 +94,29 @@ def joint_deviation_l1(i, joint_pos, default_joint_pos):
 
 
 @reward()
-def posture_exp(i, joint_pos, default_joint_pos, posture_std):
-    """exp(-mean over joints of ((q - q_default) / std)^2): 1 in the default pose, with a
-    per-joint tolerance ``posture_std`` (radians, a task array: legs swing, the waist holds)."""
+def variable_posture_exp(
+    i,
+    joint_pos,
+    default_joint_pos,
+    command,
+    posture_std_standing,
+    posture_std_walking,
+    posture_std_running,
+    walking_threshold: NonNegativeFloat = 0.05,
+    running_threshold: NonNegativeFloat = 1.5,
+):
+    """exp(-mean over joints of ((q - q_default) / std)^2): 1 in the default pose, with the
+    per-joint tolerances (task arrays, radians) of the speed the command asks, |v_xy| + |wz|:
+    tight to stand, looser to walk, loosest to run (mjlab's variable posture)."""
+    speed = math.sqrt(command[i, 0] ** 2 + command[i, 1] ** 2) + abs(command[i, 2])
+    std = posture_std_standing
+    if speed > running_threshold:
+        std = posture_std_running
+    elif speed > walking_threshold:
+        std = posture_std_walking
     total = 0.0
     for j in range(joint_pos.shape[1]):
-        d = (joint_pos[i, j] - default_joint_pos[j]) / posture_std[j]
+        d = (joint_pos[i, j] - default_joint_pos[j]) / std[j]
         total += d * d
     return math.exp(-total / joint_pos.shape[1])
 
