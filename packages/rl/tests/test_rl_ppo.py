@@ -208,6 +208,22 @@ def test_adaptive_learning_rate_shrinks_on_large_kl_and_grows_on_small():
     assert ppo.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
 
 
+def test_the_entropy_coefficient_decays_linearly_over_its_iterations_and_resumes(
+    monkeypatch, tmp_path
+):
+    decay = ["algo.entropy_decay_iterations=[2,4]", "algo.entropy_coef_final=0.002"]
+    trainer, _ = make_trainer(monkeypatch, tmp_path, ["algo.entropy_coef=0.01", *decay])
+    coefs = [trainer.iterate()["Loss/entropy_coef"] for _ in range(3)]
+    assert coefs == pytest.approx([0.01, 0.01, 0.006])  # updates 1, 2 (the first), 3
+    state = copy.deepcopy(trainer.state_dict())
+    resumed, _ = make_trainer(monkeypatch, tmp_path, ["algo.entropy_coef=0.01", *decay])
+    resumed.load_state_dict(state)
+    assert [resumed.iterate()["Loss/entropy_coef"] for _ in range(2)] == pytest.approx(
+        [0.002, 0.002]  # update 4, the last, and after it
+    )
+    assert PPO(resumed.policy, PPOCfg()).entropy_coef() == 0.01  # no decay: the coefficient
+
+
 def test_config_errors_name_the_key_value_and_accepted_range():
     with pytest.raises(
         ValueError, match=r"algo.schedule: expected one of adaptive, fixed, got 'cosine'"
@@ -217,6 +233,10 @@ def test_config_errors_name_the_key_value_and_accepted_range():
         PPOCfg(gamma=1.5)
     with pytest.raises(ValueError, match=r"algo.entropy_coef: expected >= 0, got -0.01"):
         PPOCfg(entropy_coef=-0.01)
+    with pytest.raises(
+        ValueError, match=r"algo.entropy_decay_iterations: expected \[low, high\], .* or null"
+    ):
+        PPOCfg(entropy_decay_iterations=(500, 250))
     with pytest.raises(ValueError, match=r"algo: unknown keys \['learning_rat'\]; accepted: "):
         PPOCfg.from_config(OmegaConf.create({"name": "ppo", "policy": {}, "learning_rat": 1}))
     with pytest.raises(ValueError, match=r"algo.policy.activation: expected one of elu, relu"):
