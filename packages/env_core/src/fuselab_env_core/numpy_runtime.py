@@ -72,7 +72,9 @@ class NumpyTerms:
                 half_width = b.scalars[call.noise_slot] * UNIFORM_STD_TO_HALF_WIDTH
                 out[:, call.col : call.col + call.size] += half_width * noise
             b.obs[group.name][rows] = out[rows]
-        magnitude = sum(np.abs(obs.astype(np.float64)).sum(axis=1) for obs in b.obs.values())
+        magnitude = np.zeros(self.num_envs)  # a plan may have no observations
+        for obs in b.obs.values():
+            magnitude += np.abs(obs.astype(np.float64)).sum(axis=1)
         b.obs_finite[rows] = (magnitude <= np.finfo(np.float32).max)[rows]
 
     def reset_rows(self, rows: np.ndarray) -> None:
