@@ -101,7 +101,7 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
         "from fuselab_env_core.prefetch import prefetch_row",
     ]
     if _noisy(plan):
-        lines.append("from fuselab_env_core.noise import row_key, uniform_pm1")
+        lines.append("from fuselab_env_core.noise import draw_key, row_key, uniform_pm1")
     for term, alias in aliases.items():
         lines.append(f"from {term.module} import {term.qualname} as _{alias}")
     lines.append("")
@@ -117,12 +117,15 @@ def generate_kernel_source(plan: Plan, key: str) -> str:
     observe += _preamble_block(observed, aliases, arg_names)
     observe += _observation_block(plan, aliases, arg_names)
     observe += _finite_check(plan, arg_names)
-    lines += _kernel(SCORE_KERNEL, [a.name for a in args], "reward.shape[0]", score)
-    lines += _kernel(OBSERVE_KERNEL, ["rows", *(a.name for a in args)], "rows.shape[0]", observe)
+    lines += _kernel(SCORE_KERNEL, [a.name for a in args], score)
+    before_rows = ("noise_draw = draw_key(noise_key)  # this step's draw",) if _noisy(plan) else ()
+    lines += _kernel(OBSERVE_KERNEL, ["rows", *(a.name for a in args)], observe, before_rows)
     return "\n".join(lines) + "\n"
 
 
-def _kernel(name: str, params: list[str], count: str, body: list[str]) -> list[str]:
+def _kernel(
+    name: str, params: list[str], body: list[str], before_rows: tuple[str, ...] = ()
+) -> list[str]:
     fastmath = "{" + ", ".join(repr(flag) for flag in sorted(FASTMATH)) + "}"
     options = f"parallel=True, cache=True, fastmath={fastmath}, error_model={ERROR_MODEL!r}"
     loop = ["    for i in numba.prange(reward.shape[0]):"]
@@ -136,6 +139,7 @@ def _kernel(name: str, params: list[str], count: str, body: list[str]) -> list[s
         *(f"    {p}," for p in params),
         "):",
         "    dt = scalars[0]",
+        *(f"    {line}" for line in before_rows),
         *loop,
         *(f"        {line}" if line else "" for line in body),
     ]
@@ -190,7 +194,7 @@ def _termination_block(plan: Plan, aliases: dict, arg_names: dict) -> list[str]:
 def _observation_block(plan: Plan, aliases: dict, arg_names: dict) -> list[str]:
     body = []
     if _noisy(plan):
-        body.append("noise_row = row_key(noise_key, i)  # env i's noise stream in this draw")
+        body.append("noise_row = row_key(noise_draw, i)  # env i's noise stream in this draw")
     noise_columns = plan.noise_columns()
     for group in plan.observations.values():
         obs = arg_names[("obs", group.name)]

@@ -41,9 +41,15 @@ def mix64(z):
 
 
 @numba.njit(inline="always")
-def row_key(noise_key, row):
-    """The key of env ``row``'s noise in the current draw; ``noise_key`` is (stream key, draw)."""
-    draw = mix64(noise_key[0] + noise_key[1] * GOLDEN_GAMMA)
+def draw_key(noise_key):
+    """The key of the current draw; ``noise_key`` is (stream key, draw). The same for every
+    row: a kernel computes it once, before its loop over rows."""
+    return mix64(noise_key[0] + noise_key[1] * GOLDEN_GAMMA)
+
+
+@numba.njit(inline="always")
+def row_key(draw, row):
+    """The key of env ``row``'s noise in the draw whose key is ``draw``."""
     return mix64(draw + np.uint64(row) * GOLDEN_GAMMA)
 
 
@@ -55,15 +61,12 @@ def uniform_pm1(key, column):
 
 
 def uniform_noise(noise_key: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """NumPy twin of ``uniform_pm1(row_key(noise_key, row), column)``: (rows, columns) float64."""
-
-    def mix(z: np.ndarray) -> np.ndarray:
-        z = (z ^ (z >> _SHIFTS[0])) * _MIX_1
-        z = (z ^ (z >> _SHIFTS[1])) * _MIX_2
-        return z ^ (z >> _SHIFTS[2])
-
+    """NumPy twin of ``uniform_pm1(row_key(draw_key(noise_key), row), column)``: (rows,
+    columns) float64, from the kernel's own mixer run on arrays (uint64 array arithmetic wraps
+    silently, as the kernel's does)."""
+    mix = mix64.py_func
     key = np.asarray(noise_key, np.uint64)
-    draw = mix(key[:1] + key[1:2] * GOLDEN_GAMMA)  # arrays: uint64 products wrap silently
+    draw = mix(key[:1] + key[1:2] * GOLDEN_GAMMA)
     keys = mix(draw + np.asarray(rows, np.uint64) * GOLDEN_GAMMA)
     bits = mix(keys[:, None] + np.asarray(columns, np.uint64)[None, :] * GOLDEN_GAMMA) >> _BITS
     return (bits.astype(np.float64) + 0.5) * _SCALE - 1.0
