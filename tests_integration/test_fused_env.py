@@ -167,6 +167,19 @@ def test_non_finite_action_rows_are_reported_and_reset_alone():
     assert np.isfinite(result.obs["actor"]).all()
 
 
+def test_float64_actions_beyond_float32_count_as_non_finite_and_controls_follow_the_rest():
+    env = WalkerStand(episode_length_s=10.0, min_height_m=0.0)
+    actions = np.full((N, 6), 0.25)  # float64, cast to the env's float32 actions
+    env.step(actions)
+    actions[5, 0] = 1e39  # finite in float64, inf in float32
+    result = env.step(actions)
+    assert list(result.info["non_finite_actions"]) == [5]
+    assert (env._controls[5] == env.default_controls).all()  # it held still, then reset
+    assert (np.delete(env.last_actions, 5, axis=0) == np.float32(0.25)).all()
+    expected = env.default_controls + env.action_scale * np.float32(0.25)
+    assert np.array_equal(np.delete(env._controls, 5, axis=0), np.tile(expected, (N - 1, 1)))
+
+
 def test_a_diverged_env_ends_as_a_failure_that_earns_nothing_and_is_reset_alone():
     env = WalkerStand(episode_length_s=10.0, min_height_m=0.0)
     actions = np.zeros((N, 6), np.float32)
@@ -229,6 +242,8 @@ def test_bad_actions_and_misconfigured_time_out_are_named():
     env = WalkerStand()
     with pytest.raises(ValueError, match=r"actions: expected an array of shape \(8, 6\)"):
         env.step(np.zeros((N, 5), np.float32))
+    with pytest.raises(ValueError, match="actions: expected a float or int array, got complex"):
+        env.step(np.zeros((N, 6), np.complex64))
     bad = {**TERMS, "terminations": {"time_out": {"term": "time_out"}}}
     backend = MujocoBackend(WALKER_XML, N)
     with pytest.raises(

@@ -2,14 +2,16 @@
 
 Binding (the cold path) resolves names to the backend's ids and fails with the names the model
 has; :meth:`Entity.update` (the hot path) fills preallocated buffers with one fused body copy,
-one joint copy and, for the bodies named in ``contact_body_names``, one contact force copy,
-which terms then read as state buffers.
+one joint copy (with a finiteness flag per row) and, for the bodies named in
+``contact_body_names``, one contact force copy, which terms then read as state buffers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
 from fuselab_env_core.backend import SimBackend
@@ -43,8 +45,11 @@ class Entity:
         self.contact_force_w = np.zeros((n, len(self.contact_body_ids), 3), np.float32)
         self.qpos = np.zeros((n, facts.nq), np.float32)
         self.qvel = np.zeros((n, facts.nv), np.float32)
+        # Rows whose generalized state is finite (a diverged simulation reads inf or NaN).
+        self.state_finite = np.ones(n, np.bool_)
         self._qpos_columns = facts.joint_qpos_adr[self.joint_ids]
         self._qvel_columns = facts.joint_qvel_adr[self.joint_ids]
+        self._all_rows = np.arange(n)
 
     def update(self, env_ids: np.ndarray | None = None) -> None:
         """Copy the current state of the bound bodies and joints, and the contact forces of the
@@ -62,12 +67,16 @@ class Entity:
         if self.contact_body_names:
             backend.copy_contact_forces(self.contact_body_ids, self.contact_force_w, *rows)
         backend.copy_qpos_qvel(self.qpos, self.qvel, *rows)
-        if env_ids is None:
-            np.take(self.qpos, self._qpos_columns, axis=1, out=self.joint_pos)
-            np.take(self.qvel, self._qvel_columns, axis=1, out=self.joint_vel)
-        else:
-            self.joint_pos[env_ids] = self.qpos[env_ids][:, self._qpos_columns]
-            self.joint_vel[env_ids] = self.qvel[env_ids][:, self._qvel_columns]
+        _joint_state(
+            self._all_rows if env_ids is None else env_ids,
+            self.qpos,
+            self.qvel,
+            self._qpos_columns,
+            self._qvel_columns,
+            self.joint_pos,
+            self.joint_vel,
+            self.state_finite,
+        )
 
     def state(self) -> dict[str, np.ndarray]:
         """The buffers by the names terms use for them (``contact_force_w`` only when the entity
@@ -98,3 +107,21 @@ def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.
                 f"(the model's {kind}s: {', '.join(model_names)})"
             )
     return np.array([index[name] for name in names], dtype=np.int32)
+
+
+@numba.njit(parallel=True, cache=True)
+def _joint_state(rows, qpos, qvel, qpos_columns, qvel_columns, joint_pos, joint_vel, finite):
+    """For each row in ``rows``: the joint columns of ``qpos`` / ``qvel``, and whether the
+    row's whole state is finite (its float64 sum is: a float32 row cannot overflow it)."""
+    for k in numba.prange(rows.shape[0]):
+        i = rows[k]
+        for j in range(qpos_columns.shape[0]):
+            joint_pos[i, j] = qpos[i, qpos_columns[j]]
+        for j in range(qvel_columns.shape[0]):
+            joint_vel[i, j] = qvel[i, qvel_columns[j]]
+        row_sum = 0.0
+        for j in range(qpos.shape[1]):
+            row_sum += qpos[i, j]
+        for j in range(qvel.shape[1]):
+            row_sum += qvel[i, j]
+        finite[i] = math.isfinite(row_sum)

@@ -108,7 +108,6 @@ class FusedEnv:
         self.max_episode_steps = np.full(n, math.ceil(episode_length_s / self.step_dt), np.int32)
         self._controls = np.zeros((n, nu), np.float32)
         self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
-        self._state_finite = np.ones(n, np.bool_)  # rows whose physics did not diverge
         self._reward_finite = np.ones(n, np.bool_)  # rows whose reward did not overflow
         self._done = np.zeros(n, np.bool_)
         self._stale_rows = np.zeros(n, np.bool_)  # physics state written since the last copy
@@ -197,7 +196,6 @@ class FusedEnv:
         self.robot.update()
         self._stale_rows.fill(False)  # every row is fresh
         self.episode_step += 1
-        self._check_state()
         self.terms.next_noise_draw()  # one draw for the step's observations, terminal ones too
         self.terms.score()
         self._outcome()
@@ -229,19 +227,18 @@ class FusedEnv:
                 f"actions: expected an array of shape {self.actions.shape}, got "
                 f"{getattr(actions, 'shape', type(actions).__name__)}"
             )
-        np.copyto(self.last_actions, self.actions)
-        np.copyto(self.actions, actions, casting="same_kind")
-        np.isfinite(self.actions).all(axis=1, out=self._finite)
-        if not self._finite.all():  # such rows hold still this step and end as failures
-            self.actions[~self._finite] = 0.0
-        np.multiply(self.actions, self.action_scale, out=self._controls)
-        self._controls += self.default_controls
+        if not np.can_cast(actions.dtype, np.float32, "same_kind"):
+            raise ValueError(f"actions: expected a float or int array, got {actions.dtype}")
+        _take_actions(
+            actions,
+            self.actions,
+            self.last_actions,
+            self.action_scale,
+            self.default_controls,
+            self._controls,
+            self._finite,
+        )
         self.backend.set_controls(self._controls)
-
-    def _check_state(self) -> None:
-        """Rows whose physics state went non-finite (a diverged simulation; the backends leave
-        such rows as they are until a reset)."""
-        _rows_finite(self.robot.qpos, self.robot.qvel, self._state_finite)
 
     def _outcome(self) -> None:
         """The step's reward, failures and time-outs from the scored kernel outputs; rows with
@@ -252,7 +249,7 @@ class FusedEnv:
         np.logical_not(self._finite, out=self.terminated)
         self.terminated |= b.terminated
         np.isfinite(self.reward, out=self._reward_finite)
-        for finite in (self._state_finite, self._reward_finite):
+        for finite in (self.robot.state_finite, self._reward_finite):
             if not finite.all():
                 self.terminated |= ~finite
                 self.reward[~finite] = 0.0
@@ -302,8 +299,8 @@ class FusedEnv:
 
     def _statistics(self) -> dict[str, Any]:
         b, plan = self.terms.buffers, self.terms.plan
-        b.reward_terms.mean(axis=0, out=self._reward_means)
-        np.mean(b.termination_terms, axis=0, out=self._termination_rates)
+        _column_means(b.reward_terms, self._reward_means)
+        _column_means(b.termination_terms, self._termination_rates)
         return {
             "reward_terms": {
                 c.entry: float(m) for c, m in zip(plan.rewards, self._reward_means, strict=True)
@@ -313,7 +310,7 @@ class FusedEnv:
                 for c, r in zip(plan.terminations, self._termination_rates, strict=True)
             },
             "non_finite_actions": self._rows_where_not(self._finite),
-            "non_finite_states": self._rows_where_not(self._state_finite),
+            "non_finite_states": self._rows_where_not(self.robot.state_finite),
             "non_finite_rewards": self._rows_where_not(self._reward_finite),
         }
 
@@ -321,17 +318,33 @@ class FusedEnv:
         return self._no_rows if flags.all() else np.flatnonzero(~flags)
 
 
+@numba.njit(cache=True)
+def _column_means(values, out):
+    """``out[j]``: the mean of column ``j`` of (N, C) ``values``, summed in float64 (a serial
+    pass: for the few columns of term values, cheaper than NumPy's reduction or a thread team)."""
+    out[:] = 0.0
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            out[j] += values[i, j]
+    out /= values.shape[0]
+
+
 @numba.njit(parallel=True, cache=True)
-def _rows_finite(first, second, out):
-    """``out[i]``: whether rows ``i`` of ``first`` and ``second`` are finite (their float64 sum
-    is: a float32 row cannot overflow it)."""
-    for i in numba.prange(out.shape[0]):
+def _take_actions(given, actions, last_actions, scale, offset, controls, finite):
+    """One pass over rows: ``last_actions`` <- ``actions`` <- ``given`` (as float32), and the
+    controls ``offset + scale * actions``. A row with a non-finite action (overflowed float32
+    included) holds still this step: its actions are zeros and ``finite[i]`` is False."""
+    for i in numba.prange(actions.shape[0]):
         row_sum = 0.0
-        for j in range(first.shape[1]):
-            row_sum += first[i, j]
-        for j in range(second.shape[1]):
-            row_sum += second[i, j]
-        out[i] = math.isfinite(row_sum)
+        for j in range(actions.shape[1]):
+            last_actions[i, j] = actions[i, j]
+            actions[i, j] = given[i, j]
+            row_sum += actions[i, j]
+        finite[i] = math.isfinite(row_sum)  # a float64 sum of float32s overflows never
+        if not finite[i]:
+            actions[i, :] = 0.0
+        for j in range(actions.shape[1]):
+            controls[i, j] = offset[j] + scale[j] * actions[i, j]
 
 
 def _vector(name: str, values: Any, size: int) -> np.ndarray:

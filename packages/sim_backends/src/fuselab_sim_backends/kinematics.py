@@ -79,11 +79,16 @@ def forward_kinematics(tree, qpos, qvel, env_ids, body_states):
     Computed in float64 whatever the dtype of ``body_states``: a float32 store (half the memory
     traffic of every later read) rounds each body once, not once per ancestor.
     """
-    num_bodies = body_states.shape[1]
-    for chunk in numba.prange((env_ids.shape[0] + ENVS_PER_CHUNK - 1) // ENVS_PER_CHUNK):
+    num_bodies, count = body_states.shape[1], env_ids.shape[0]
+    # Chunks of at most ENVS_PER_CHUNK envs, as many on every thread: the few rows of a reset
+    # split evenly (160 rows in chunks of 64 kept one of two threads busy with 128 of them).
+    threads = numba.get_num_threads()
+    chunks = threads * -(-count // (ENVS_PER_CHUNK * threads))
+    size = -(-count // chunks) if count else 0
+    for chunk in numba.prange(chunks):
         frames = np.zeros((num_bodies, STATE_WIDTH))  # one env's bodies; the world's row stays
         frames[0, 3] = 1.0
-        for k in range(chunk * ENVS_PER_CHUNK, min((chunk + 1) * ENVS_PER_CHUNK, env_ids.shape[0])):
+        for k in range(chunk * size, min((chunk + 1) * size, count)):
             i = env_ids[k]
             for b in range(1, num_bodies):
                 _body_state(tree, b, qpos[i], qvel[i], frames)

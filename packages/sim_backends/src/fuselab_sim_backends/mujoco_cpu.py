@@ -163,14 +163,7 @@ class MujocoBackend(SimBackend):
     def copy_qpos_qvel(self, out_qpos, out_qvel, env_ids=None) -> None:
         check_buffer("out_qpos", out_qpos, (self.num_envs, self.model.nq))
         check_buffer("out_qvel", out_qvel, (self.num_envs, self.model.nv))
-        with np.errstate(over="ignore"):  # a diverged env reads inf; the env reports it
-            if env_ids is None:
-                np.copyto(out_qpos, self._qpos, casting="same_kind")
-                np.copyto(out_qvel, self._qvel, casting="same_kind")
-            else:
-                env_ids = check_env_ids(env_ids, self.num_envs)
-                out_qpos[env_ids] = self._qpos[env_ids]
-                out_qvel[env_ids] = self._qvel[env_ids]
+        _copy_state_rows(self._envs(env_ids), self._qpos, self._qvel, out_qpos, out_qvel)
 
     def copy_body_state_w(
         self, body_ids, out_pos, out_quat, out_lin_vel, out_ang_vel, env_ids=None
@@ -264,6 +257,18 @@ def _net_contact_force_intprm() -> tuple[int, ...]:
         '<mujoco><sensor><contact data="force" reduce="netforce"/></sensor></mujoco>'
     )
     return tuple(int(value) for value in spec.sensors[0].intprm)
+
+
+@numba.njit(parallel=True, cache=True)
+def _copy_state_rows(envs, qpos, qvel, out_qpos, out_qvel):
+    """Rows ``envs`` of the float64 state views into the float32 buffers, in one pass (a
+    diverged env's values beyond float32 read inf: the env reports them)."""
+    for j in numba.prange(envs.shape[0]):
+        i = envs[j]
+        for k in range(qpos.shape[1]):
+            out_qpos[i, k] = qpos[i, k]
+        for k in range(qvel.shape[1]):
+            out_qvel[i, k] = qvel[i, k]
 
 
 @numba.njit(parallel=True, cache=True)

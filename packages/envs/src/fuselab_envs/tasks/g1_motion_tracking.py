@@ -157,7 +157,10 @@ class G1MotionTracking(FusedEnv):
         self._root_pos = motion.body_pos_w[:, root]
         self._root_quat = motion.body_quat_w[:, root]
         self._root_lin_vel = motion.body_lin_vel_w[:, root]
-        self._root_ang_vel = motion.body_ang_vel_w[:, root]
+        # MuJoCo's free joint takes angular velocity in the body frame: turned once per clip.
+        self._root_ang_vel_b = np_quat_apply_inverse(
+            self._root_quat, motion.body_ang_vel_w[:, root]
+        )
 
         self.motion_frame = np.zeros(n, np.int32)
         self._qpos = np.zeros((n, facts.nq), np.float32)  # the reset rows' state
@@ -204,8 +207,7 @@ class G1MotionTracking(FusedEnv):
         qpos[:, 3:7] = self._root_quat[frames]
         qpos[:, facts.joint_qpos_adr] = self.motion.joint_pos[frames]
         qvel[:, 0:3] = self._root_lin_vel[frames]
-        # MuJoCo's free joint takes angular velocity in the body frame.
-        qvel[:, 3:6] = np_quat_apply_inverse(self._root_quat[frames], self._root_ang_vel[frames])
+        qvel[:, 3:6] = self._root_ang_vel_b[frames]
         qvel[:, facts.joint_qvel_adr] = self.motion.joint_vel[frames]
         return qpos, qvel
 
