@@ -33,6 +33,7 @@ HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
 # Per body: position 3, quaternion (w, x, y, z) 4, linear velocity 3, angular velocity 3.
 STATE_WIDTH = 13
 ENVS_PER_CHUNK = 64  # envs per thread task, sharing one float64 scratch
+MIN_CHUNKS = 8  # thread tasks of a call with few envs
 
 
 class KinematicTree(NamedTuple):
@@ -80,12 +81,11 @@ def forward_kinematics(tree, qpos, qvel, env_ids, body_states):
     traffic of every later read) rounds each body once, not once per ancestor.
     """
     num_bodies, count = body_states.shape[1], env_ids.shape[0]
-    # Chunks of at most ENVS_PER_CHUNK envs, as many on every thread: the few rows of a reset
-    # split evenly (160 rows in chunks of 64 kept one of two threads busy with 128 of them).
-    threads = numba.get_num_threads()
-    chunks = threads * -(-count // (ENVS_PER_CHUNK * threads))
-    size = -(-count // chunks) if count else 0
-    for chunk in numba.prange(chunks):
+    # At most ENVS_PER_CHUNK envs a chunk, and at least MIN_CHUNKS chunks: the few rows of a
+    # reset split evenly over threads (160 rows in chunks of 64 kept one of two threads busy
+    # with 128 of them). Not numba.get_num_threads(): a kernel calling it cannot be cached.
+    size = min(ENVS_PER_CHUNK, max(1, -(-count // MIN_CHUNKS)))
+    for chunk in numba.prange(-(-count // size)):
         frames = np.zeros((num_bodies, STATE_WIDTH))  # one env's bodies; the world's row stays
         frames[0, 3] = 1.0
         for k in range(chunk * size, min((chunk + 1) * size, count)):
