@@ -32,7 +32,7 @@ SLIDE = int(mujoco.mjtJoint.mjJNT_SLIDE)
 HINGE = int(mujoco.mjtJoint.mjJNT_HINGE)
 # Per body: position 3, quaternion (w, x, y, z) 4, linear velocity 3, angular velocity 3.
 STATE_WIDTH = 13
-ENVS_PER_CHUNK = 64  # envs per thread task, sharing one float64 scratch
+ENVS_PER_CHUNK = 64  # envs per thread task at most, sharing one float64 scratch
 MIN_CHUNKS = 8  # thread tasks of a call with few envs
 
 
