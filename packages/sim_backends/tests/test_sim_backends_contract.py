@@ -17,7 +17,6 @@ from sim_backends_models import (
     state_buffers,
 )
 
-from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.entity import Entity
 from fuselab_sim_backends.mjwarp import MjWarpBackend
 from fuselab_sim_backends.motrix import MotrixBackend
@@ -336,49 +335,6 @@ def test_an_entity_binds_by_name_once_and_then_copies(backend, model):
     entity.update()
     for name, array in entity.state().items():
         np.testing.assert_array_equal(copied[name], array, err_msg=name)
-
-
-def test_one_call_entity_reads_equal_the_separate_reads(backend, model):
-    # copy_entity_state (a backend's own one-pass version, or the contract's default of the
-    # separate calls) leaves the same buffers as the default, every row and a reset's rows.
-    entity = Entity(
-        backend, ["torso", "left_foot", "right_shin"], ["right_knee"], ["left_foot", "world"]
-    )
-    reads = entity._reads
-    backend.reset_envs(np.arange(N), *standing_states(model))
-    backend.set_controls(np.zeros((N, model.nu), np.float32))
-    for _ in range(25):  # dropped 5 cm: on the floor after 0.5 s
-        backend.step(SUBSTEPS)
-    for rows in (None, np.array([3, 0])):
-        if rows is not None:
-            backend.reset_envs(rows, *random_states(model, 2, np.random.default_rng(10)))
-        entity.update(rows)
-        one_call = [array.copy() for array in reads]
-        SimBackend.copy_entity_state(backend, reads, rows)
-        for name, got, want in zip(reads._fields, one_call, reads, strict=True):
-            np.testing.assert_array_equal(got, want, err_msg=name)
-    assert (np.abs(reads.contact_force_w[[1, 2]]).sum(axis=(1, 2)) > 0).all()  # feet down
-    assert reads.state_finite.all()
-
-
-def test_bad_entity_reads_are_rejected_by_name_before_any_write(backend, model):
-    entity = Entity(backend, ["torso"], ["right_knee"], ["left_foot"])
-    backend.reset_envs(np.arange(N), *random_states(model, N, np.random.default_rng(11)))
-    reads = entity._reads
-    bad = {
-        "joint_pos": (ValueError, r"joint_pos: expected shape \(4, 1\)", np.zeros((N, 2))),
-        "joint_qpos_adr": (ValueError, r"joint_qpos_adr: expected ids in 0\.\.12", None),
-        "state_finite": (ValueError, "state_finite: expected .* dtype bool", np.zeros(N)),
-        "contact_force_w": (ValueError, r"contact_force_w: expected shape \(4, 1, 3\)", None),
-    }
-    for field, (error, message, value) in bad.items():
-        if field == "joint_qpos_adr":
-            value = np.array([model.nq], np.int32)
-        elif field == "contact_force_w":
-            value = np.zeros((N, 2, 3), np.float32)
-        with pytest.raises(error, match=message):
-            backend.copy_entity_state(reads._replace(**{field: value}), None)
-        assert not reads.body_pos_w.any(), field  # nothing written
 
 
 def test_an_entity_names_an_unknown_body_or_joint_with_the_models_names(backend):

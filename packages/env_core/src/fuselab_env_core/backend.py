@@ -20,11 +20,8 @@ can implement it for anything else. Conventions, for every backend:
 from __future__ import annotations
 
 import abc
-import math
 from dataclasses import dataclass
-from typing import NamedTuple
 
-import numba
 import numpy as np
 
 
@@ -42,27 +39,6 @@ class ModelFacts:
     nv: int
     nu: int
     physics_dt: float
-
-
-class EntityReads(NamedTuple):
-    """Everything an :class:`~fuselab_env_core.entity.Entity` reads from a backend in one
-    :meth:`SimBackend.copy_entity_state`: the ids to read (bodies, contact bodies, the joints'
-    qpos and qvel columns) and the caller's buffers (N: ``num_envs``)."""
-
-    body_ids: np.ndarray  # (B,) int32
-    body_pos_w: np.ndarray  # (N, B, 3)
-    body_quat_w: np.ndarray  # (N, B, 4)
-    body_lin_vel_w: np.ndarray  # (N, B, 3)
-    body_ang_vel_w: np.ndarray  # (N, B, 3)
-    contact_body_ids: np.ndarray  # (C,) int32; none: no contact read
-    contact_force_w: np.ndarray  # (N, C, 3)
-    qpos: np.ndarray  # (N, nq)
-    qvel: np.ndarray  # (N, nv)
-    joint_qpos_adr: np.ndarray  # (J,) int32 column of each joint in qpos
-    joint_qvel_adr: np.ndarray  # (J,) int32 column of each joint in qvel
-    joint_pos: np.ndarray  # (N, J)
-    joint_vel: np.ndarray  # (N, J)
-    state_finite: np.ndarray  # (N,) bool: the row's qpos and qvel are finite
 
 
 class SimBackend(abc.ABC):
@@ -121,29 +97,6 @@ class SimBackend(abc.ABC):
         their last step read zeros until they step again.
         """
 
-    def copy_entity_state(self, reads: EntityReads, env_ids: np.ndarray | None = None) -> None:
-        """Every read of an entity in one call (rows ``env_ids`` at least; every row when None):
-        its bodies (:meth:`copy_body_state_w`), its contact bodies' forces
-        (:meth:`copy_contact_forces`, skipped when it has none), qpos and qvel
-        (:meth:`copy_qpos_qvel`), then the joints' columns of those and whether each row's
-        state is finite. This default makes those calls and one pass over the rows; a backend
-        whose reads are host arrays does it all in one pass over the rows instead (the MuJoCo
-        CPU backend: one thread team and one visit of each row's memory, not four)."""
-        check_entity_reads(reads, self.num_envs, self.model)
-        rows = () if env_ids is None else (env_ids,)
-        self.copy_body_state_w(
-            reads.body_ids,
-            reads.body_pos_w,
-            reads.body_quat_w,
-            reads.body_lin_vel_w,
-            reads.body_ang_vel_w,
-            *rows,
-        )
-        if reads.contact_body_ids.size:
-            self.copy_contact_forces(reads.contact_body_ids, reads.contact_force_w, *rows)
-        self.copy_qpos_qvel(reads.qpos, reads.qvel, *rows)
-        _joint_state_rows(env_ids, reads)
-
 
 def check_buffer(name: str, array: object, shape: tuple[int, ...], dtype=np.float32) -> np.ndarray:
     """A caller buffer of the contract: exact shape and dtype, C-contiguous, or a clear error."""
@@ -196,64 +149,3 @@ def check_reset(
                 f"(env ids {env_ids[rows].tolist()}) are not"
             )
     return env_ids
-
-
-def check_ids(name: str, ids: object, count: int) -> np.ndarray:
-    """Body ids or state columns of a call: a 1-D int32 array of values in 0..count - 1."""
-    if not isinstance(ids, np.ndarray) or ids.dtype != np.int32 or ids.ndim != 1:
-        raise TypeError(f"{name}: expected a 1-D int32 array, got {ids!r}")
-    if ids.size and (ids.min() < 0 or ids.max() >= count):
-        raise ValueError(f"{name}: expected ids in 0..{count - 1}, got {ids}")
-    return ids
-
-
-def check_entity_reads(reads: EntityReads, num_envs: int, model: ModelFacts) -> None:
-    """A :meth:`SimBackend.copy_entity_state` call, checked whole before anything is written:
-    ids in range, every buffer of the contract's shape, named by its field."""
-    num_bodies = len(model.body_names)
-    b = check_ids("body_ids", reads.body_ids, num_bodies).size
-    c = check_ids("contact_body_ids", reads.contact_body_ids, num_bodies).size
-    j = check_ids("joint_qpos_adr", reads.joint_qpos_adr, model.nq).size
-    jv = check_ids("joint_qvel_adr", reads.joint_qvel_adr, model.nv).size
-    n = num_envs
-    shapes = {
-        "body_pos_w": (n, b, 3),
-        "body_quat_w": (n, b, 4),
-        "body_lin_vel_w": (n, b, 3),
-        "body_ang_vel_w": (n, b, 3),
-        "contact_force_w": (n, c, 3),
-        "qpos": (n, model.nq),
-        "qvel": (n, model.nv),
-        "joint_pos": (n, j),
-        "joint_vel": (n, jv),
-    }
-    for name, shape in shapes.items():
-        check_buffer(name, getattr(reads, name), shape)
-    check_buffer("state_finite", reads.state_finite, (n,), np.bool_)
-
-
-@numba.njit(cache=True)
-def joint_state_row(i, reads):
-    """Row ``i`` of the joint buffers from the (float32) qpos and qvel buffers, and whether
-    that state is finite (its float64 sum is: a float32 row cannot overflow it)."""
-    for j in range(reads.joint_qpos_adr.shape[0]):
-        reads.joint_pos[i, j] = reads.qpos[i, reads.joint_qpos_adr[j]]
-    for j in range(reads.joint_qvel_adr.shape[0]):
-        reads.joint_vel[i, j] = reads.qvel[i, reads.joint_qvel_adr[j]]
-    row_sum = 0.0
-    for j in range(reads.qpos.shape[1]):
-        row_sum += reads.qpos[i, j]
-    for j in range(reads.qvel.shape[1]):
-        row_sum += reads.qvel[i, j]
-    reads.state_finite[i] = math.isfinite(row_sum)
-
-
-@numba.njit(parallel=True, cache=True)
-def _joint_state_rows(env_ids, reads):
-    """:func:`joint_state_row` for rows ``env_ids``, or every row when None."""
-    if env_ids is None:  # Numba compiles the call with None without this branch's other side
-        for i in numba.prange(reads.qpos.shape[0]):
-            joint_state_row(i, reads)
-    else:
-        for k in numba.prange(env_ids.shape[0]):
-            joint_state_row(env_ids[k], reads)

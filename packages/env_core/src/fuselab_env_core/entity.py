@@ -1,22 +1,21 @@
 """Entity: a robot's bodies and joints, bound by name once, then read with copies only.
 
 Binding (the cold path) resolves names to the backend's ids and fails with the names the model
-has; :meth:`Entity.update` (the hot path) fills preallocated buffers in one
-:meth:`~fuselab_env_core.backend.SimBackend.copy_entity_state` (the bodies, the contact forces
-of the bodies named in ``contact_body_names``, the joints and a finiteness flag per row), which
-terms then read as state buffers.
+has; :meth:`Entity.update` (the hot path) fills preallocated buffers with one fused body copy,
+one joint copy (with a finiteness flag per row) and, for the bodies named in
+``contact_body_names``, one contact force copy, which terms then read as state buffers.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
+import numba
 import numpy as np
 
-from fuselab_env_core.backend import EntityReads, SimBackend
+from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.terms import did_you_mean
-
-PLURAL = {"body": "bodies", "joint": "joints"}
 
 
 class Entity:
@@ -48,28 +47,36 @@ class Entity:
         self.qvel = np.zeros((n, facts.nv), np.float32)
         # Rows whose generalized state is finite (a diverged simulation reads inf or NaN).
         self.state_finite = np.ones(n, np.bool_)
-        self._reads = EntityReads(
-            self.body_ids,
-            self.body_pos_w,
-            self.body_quat_w,
-            self.body_lin_vel_w,
-            self.body_ang_vel_w,
-            self.contact_body_ids,
-            self.contact_force_w,
-            self.qpos,
-            self.qvel,
-            facts.joint_qpos_adr[self.joint_ids].astype(np.int32),
-            facts.joint_qvel_adr[self.joint_ids].astype(np.int32),
-            self.joint_pos,
-            self.joint_vel,
-            self.state_finite,
-        )
+        self._qpos_columns = facts.joint_qpos_adr[self.joint_ids]
+        self._qvel_columns = facts.joint_qvel_adr[self.joint_ids]
+        self._all_rows = np.arange(n)
 
     def update(self, env_ids: np.ndarray | None = None) -> None:
         """Copy the current state of the bound bodies and joints, and the contact forces of the
         contact bodies: of every env (no allocation), or of rows ``env_ids`` (those whose state
         was written since the last copy; the other rows must still hold the backend's state)."""
-        self.backend.copy_entity_state(self._reads, env_ids)
+        backend, rows = self.backend, () if env_ids is None else (env_ids,)
+        backend.copy_body_state_w(
+            self.body_ids,
+            self.body_pos_w,
+            self.body_quat_w,
+            self.body_lin_vel_w,
+            self.body_ang_vel_w,
+            *rows,
+        )
+        if self.contact_body_names:
+            backend.copy_contact_forces(self.contact_body_ids, self.contact_force_w, *rows)
+        backend.copy_qpos_qvel(self.qpos, self.qvel, *rows)
+        _joint_state(
+            self._all_rows if env_ids is None else env_ids,
+            self.qpos,
+            self.qvel,
+            self._qpos_columns,
+            self._qvel_columns,
+            self.joint_pos,
+            self.joint_vel,
+            self.state_finite,
+        )
 
     def state(self) -> dict[str, np.ndarray]:
         """The buffers by the names terms use for them (``contact_force_w`` only when the entity
@@ -97,6 +104,24 @@ def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.
             hint = did_you_mean(name, model_names, list_known=False)
             raise KeyError(
                 f"{kind} {name!r} is not in the model{hint} "
-                f"(the model's {PLURAL[kind]}: {', '.join(model_names)})"
+                f"(the model's {kind}s: {', '.join(model_names)})"
             )
     return np.array([index[name] for name in names], dtype=np.int32)
+
+
+@numba.njit(parallel=True, cache=True)
+def _joint_state(rows, qpos, qvel, qpos_columns, qvel_columns, joint_pos, joint_vel, finite):
+    """For each row in ``rows``: the joint columns of ``qpos`` / ``qvel``, and whether the
+    row's whole state is finite (its float64 sum is: a float32 row cannot overflow it)."""
+    for k in numba.prange(rows.shape[0]):
+        i = rows[k]
+        for j in range(qpos_columns.shape[0]):
+            joint_pos[i, j] = qpos[i, qpos_columns[j]]
+        for j in range(qvel_columns.shape[0]):
+            joint_vel[i, j] = qvel[i, qvel_columns[j]]
+        row_sum = 0.0
+        for j in range(qpos.shape[1]):
+            row_sum += qpos[i, j]
+        for j in range(qvel.shape[1]):
+            row_sum += qvel[i, j]
+        finite[i] = math.isfinite(row_sum)

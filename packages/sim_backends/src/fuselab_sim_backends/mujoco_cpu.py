@@ -38,19 +38,15 @@ import numpy as np
 from mujoco import rollout
 
 from fuselab_env_core.backend import (
-    EntityReads,
     SimBackend,
     check_buffer,
-    check_entity_reads,
     check_env_ids,
     check_positive_int,
     check_reset,
-    joint_state_row,
 )
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
-    copy_body_row,
     copy_body_states,
 )
 from fuselab_sim_backends.kinematics import STATE_WIDTH, KinematicTree, forward_kinematics
@@ -58,7 +54,6 @@ from fuselab_sim_backends.model import load_spec, model_facts
 
 log = logging.getLogger(__name__)
 
-ROWS_PER_CHUNK = 16  # rows of a thread task of the one-pass entity read
 NO_CONTACT = -1  # contact sensor slot of a body that cannot touch anything
 WORLD_CONTACT = -2  # contact sensor slot of the world body: minus the sum of every slot
 STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
@@ -202,23 +197,6 @@ class MujocoBackend(SimBackend):
         envs = self._envs(env_ids)
         _gather_contact_forces(envs, body_ids, self._contact_slots, self._contact_force, out_force)
 
-    def copy_entity_state(self, reads: EntityReads, env_ids=None) -> None:
-        """The contract's reads of an entity in one parallel pass over the rows (each row's
-        bodies, contact forces, state and joints together)."""
-        check_entity_reads(reads, self.num_envs, self.model)
-        _copy_entity_rows(
-            self._envs(env_ids),
-            self._body_pos,
-            self._body_quat,
-            self._body_ang_vel,
-            self._body_lin_vel,
-            self._contact_slots,
-            self._contact_force,
-            self._qpos,
-            self._qvel,
-            reads,
-        )
-
     def close(self) -> None:
         """Stop the rollout thread pool (also done when the backend is garbage collected)."""
         self._pool.close()
@@ -282,69 +260,31 @@ def _net_contact_force_intprm() -> tuple[int, ...]:
 
 
 @numba.njit(parallel=True, cache=True)
-def _copy_entity_rows(envs, pos, quat, ang_vel, lin_vel, slots, forces, qpos, qvel, reads):
-    """For the rows ``envs``: the bodies, contact forces, qpos/qvel and joints of ``reads`` (the
-    body inputs as :func:`copy_body_row` takes them, the forces as :func:`contact_force_row`,
-    the float64 state as :func:`state_row`). One thread team for all of it (a reset's few rows
-    cost a team start-up, not four); each chunk of rows is read part by part, so each part
-    streams through its source array as the separate copies did."""
-    for chunk in numba.prange((envs.shape[0] + ROWS_PER_CHUNK - 1) // ROWS_PER_CHUNK):
-        rows = envs[chunk * ROWS_PER_CHUNK : (chunk + 1) * ROWS_PER_CHUNK]
-        for i in rows:
-            copy_body_row(
-                i,
-                reads.body_ids,
-                pos,
-                quat,
-                ang_vel,
-                lin_vel,
-                None,  # the kinematics pass gives the velocity of the body origin itself
-                None,
-                reads.body_pos_w,
-                reads.body_quat_w,
-                reads.body_lin_vel_w,
-                reads.body_ang_vel_w,
-            )
-        for i in rows:
-            contact_force_row(i, reads.contact_body_ids, slots, forces, reads.contact_force_w)
-        for i in rows:
-            state_row(i, qpos, qvel, reads.qpos, reads.qvel)
-            joint_state_row(i, reads)
-
-
-@numba.njit(parallel=True, cache=True)
 def _copy_state_rows(envs, qpos, qvel, out_qpos, out_qvel):
+    """Rows ``envs`` of the float64 state views into the float32 buffers, in one pass (a
+    diverged env's values beyond float32 read inf: the env reports them)."""
     for j in numba.prange(envs.shape[0]):
-        state_row(envs[j], qpos, qvel, out_qpos, out_qvel)
-
-
-@numba.njit(cache=True)
-def state_row(i, qpos, qvel, out_qpos, out_qvel):
-    """Row ``i`` of the float64 state views into the float32 buffers (a diverged env's values
-    beyond float32 read inf: the env reports them)."""
-    for k in range(qpos.shape[1]):
-        out_qpos[i, k] = qpos[i, k]
-    for k in range(qvel.shape[1]):
-        out_qvel[i, k] = qvel[i, k]
+        i = envs[j]
+        for k in range(qpos.shape[1]):
+            out_qpos[i, k] = qpos[i, k]
+        for k in range(qvel.shape[1]):
+            out_qvel[i, k] = qvel[i, k]
 
 
 @numba.njit(parallel=True, cache=True)
 def _gather_contact_forces(envs, body_ids, slots, forces, out):
+    """``out[i, k]``: the net contact force on body ``body_ids[k]`` in each env ``i`` of
+    ``envs``, from the per-slot forces (N, slots, 3) (any float dtype and strides) and the slot
+    of each body."""
     for j in numba.prange(envs.shape[0]):
-        contact_force_row(envs[j], body_ids, slots, forces, out)
-
-
-@numba.njit(cache=True)
-def contact_force_row(i, body_ids, slots, forces, out):
-    """``out[i, k]``: the net contact force on body ``body_ids[k]`` in env ``i``, from the
-    per-slot forces (N, slots, 3) (any float dtype and strides) and the slot of each body."""
-    for k in range(body_ids.shape[0]):
-        slot = slots[body_ids[k]]
-        for c in range(3):
-            value = 0.0
-            if slot >= 0:
-                value = forces[i, slot, c]
-            elif slot == WORLD_CONTACT:
-                for other in range(forces.shape[1]):
-                    value -= forces[i, other, c]
-            out[i, k, c] = value
+        i = envs[j]
+        for k in range(body_ids.shape[0]):
+            slot = slots[body_ids[k]]
+            for c in range(3):
+                value = 0.0
+                if slot >= 0:
+                    value = forces[i, slot, c]
+                elif slot == WORLD_CONTACT:
+                    for other in range(forces.shape[1]):
+                        value -= forces[i, other, c]
+                out[i, k, c] = value
