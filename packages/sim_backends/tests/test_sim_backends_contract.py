@@ -342,5 +342,7 @@ def test_an_entity_names_an_unknown_body_or_joint_with_the_models_names(backend)
         KeyError, match="body 'left_fot' is not in the model; did you mean 'left_foot'"
     ):
         Entity(backend, ["left_fot"])
+    with pytest.raises(KeyError, match="the model's bodies: world, torso, left_thigh"):
+        Entity(backend, ["antenna"])
     with pytest.raises(KeyError, match="the model's joints: left_hip_pitch, left_hip_roll"):
         Entity(backend, ["torso"], ["elbow"])
