@@ -17,7 +17,7 @@ import numpy as np
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.terms import did_you_mean
 
-PLURAL = {"body": "bodies", "joint": "joints"}
+_PLURAL = {"body": "bodies", "joint": "joints"}
 
 
 class Entity:
@@ -106,7 +106,7 @@ def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.
             hint = did_you_mean(name, model_names, list_known=False)
             raise KeyError(
                 f"{kind} {name!r} is not in the model{hint} "
-                f"(the model's {PLURAL[kind]}: {', '.join(model_names)})"
+                f"(the model's {_PLURAL[kind]}: {', '.join(model_names)})"
             )
     return np.array([index[name] for name in names], dtype=np.int32)
 
