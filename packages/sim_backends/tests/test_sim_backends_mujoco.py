@@ -4,8 +4,10 @@ non-finite control. The contract itself: test_sim_backends_contract.py."""
 import mujoco
 import numpy as np
 import pytest
+from mujoco import rollout
 from sim_backends_models import WALKER_XML, body_buffers, random_states, state_buffers
 
+from fuselab_sim_backends import mujoco_cpu
 from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 
 N = 6
@@ -20,6 +22,38 @@ def model():
 def backend():
     sim = MujocoBackend(WALKER_XML, N, num_threads=2)
     yield sim
+    sim.close()
+
+
+def test_a_step_in_chunks_of_envs_equals_one_rollout_of_every_env(model, monkeypatch):
+    """The backend steps its envs a chunk at a time (mujoco_cpu.ENVS_PER_ROLLOUT); states and
+    contact forces are those of one rollout call over every env, a short last chunk included."""
+    monkeypatch.setattr(mujoco_cpu, "ENVS_PER_ROLLOUT", 4)
+    qpos, qvel = random_states(model, N, np.random.default_rng(2))
+    sim = MujocoBackend(WALKER_XML, N, num_threads=2)
+    sim.reset_envs(np.arange(N), qpos, qvel)
+    controls = np.random.default_rng(3).normal(0, 0.5, (N, model.nu)).astype(np.float32)
+    sim.set_controls(controls)
+    for _ in range(25):  # until it lies on the floor: contact forces to compare
+        sim.step(4)
+    physics = sim._physics
+    initial = sim._state.copy()
+    states = np.empty((N, 3, initial.shape[1]))
+    sensors = np.empty((N, 3, physics.nsensordata))
+    with rollout.Rollout(nthread=2) as pool:
+        pool.rollout(
+            [physics] * N,
+            [mujoco.MjData(physics) for _ in range(2)],
+            initial,
+            np.repeat(controls[:, None, :].astype(np.float64), 3, axis=1),
+            nstep=3,
+            state=states,
+            sensordata=sensors,
+        )
+    sim.step(3)
+    np.testing.assert_array_equal(sim._state, states[:, -1])
+    np.testing.assert_array_equal(sim._contact_force, sensors[:, -1].reshape(N, -1, 3))
+    assert sensors[:, -1].any()  # the walker touches the floor: forces were compared
     sim.close()
 
 
