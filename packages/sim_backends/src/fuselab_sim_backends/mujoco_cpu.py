@@ -107,7 +107,7 @@ class MujocoBackend(SimBackend):
         self._nstate = mujoco.mj_stateSize(m, STATE)
         self._pool = rollout.Rollout(nthread=num_threads)
         self._datas = [mujoco.MjData(m) for _ in range(num_threads)]
-        self._physics_models = [self._physics] * min(n, ENVS_PER_ROLLOUT)
+        self._physics_models = [self._physics] * min(n, ENVS_PER_ROLLOUT)  # one per env of a call
 
         self._state = np.empty((n, self._nstate))
         # A reset row is this state (mj_resetData's: time 0, the model's defaults) with the
@@ -154,8 +154,9 @@ class MujocoBackend(SimBackend):
 
     def step(self, substeps: int) -> None:
         state_out, sensor_out, ctrl = self._buffers_for(substeps)
-        for start in range(0, self.num_envs, ENVS_PER_ROLLOUT):
-            count = min(ENVS_PER_ROLLOUT, self.num_envs - start)
+        chunk = len(self._physics_models)
+        for start in range(0, self.num_envs, chunk):
+            count = min(chunk, self.num_envs - start)
             rows = slice(start, start + count)
             ctrl[:count] = self._ctrl[rows, None, :]
             self._rollout(rows, substeps, ctrl[:count], state_out[:count], sensor_out[:count])
