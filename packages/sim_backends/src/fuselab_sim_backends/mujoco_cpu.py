@@ -62,7 +62,7 @@ STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
 # again chunk after chunk. One call over every env wrote ~30 MB a step on the G1 at N=8192, the
 # size of the L3 of this project's 2-core machine, and evicted what the env reads next: with
 # chunks of 2048 the tracking env's own work per step fell by 0.7-1.3 ms (of ~9), the physics
-# no slower (identical results); chunks of 512 made the physics slower (more calls).
+# (identical results) the same within this machine's noise; chunks of 512 made it slower.
 ENVS_PER_ROLLOUT = 2048
 _D: Any = mujoco.mjtDisableBit  # declared: pyright would read _D.a | _D.b as a type union
 
