@@ -1,5 +1,5 @@
-"""What only the MuJoCo CPU backend has: threads, its raw body states, MuJoCo's answer to a
-non-finite control. The contract itself: test_sim_backends_contract.py."""
+"""What only the MuJoCo CPU backend has: threads, envs stepped a chunk per rollout call, its raw
+body states, MuJoCo's answer to a non-finite control. The contract itself: test_sim_backends_contract.py."""
 
 import mujoco
 import numpy as np

@@ -107,7 +107,8 @@ class MujocoBackend(SimBackend):
         self._nstate = mujoco.mj_stateSize(m, STATE)
         self._pool = rollout.Rollout(nthread=num_threads)
         self._datas = [mujoco.MjData(m) for _ in range(num_threads)]
-        self._physics_models = [self._physics] * min(n, ENVS_PER_ROLLOUT)  # one per env of a call
+        self._envs_per_call = min(n, ENVS_PER_ROLLOUT)
+        self._physics_models = [self._physics] * self._envs_per_call  # rollout takes one per env
 
         self._state = np.empty((n, self._nstate))
         # A reset row is this state (mj_resetData's: time 0, the model's defaults) with the
@@ -153,15 +154,10 @@ class MujocoBackend(SimBackend):
         self._ctrl[:] = controls
 
     def step(self, substeps: int) -> None:
-        state_out, sensor_out, ctrl = self._buffers_for(substeps)
-        chunk = len(self._physics_models)
-        for start in range(0, self.num_envs, chunk):
-            count = min(chunk, self.num_envs - start)
-            rows = slice(start, start + count)
-            ctrl[:count] = self._ctrl[rows, None, :]
-            self._rollout(rows, substeps, ctrl[:count], state_out[:count], sensor_out[:count])
-            self._state[rows] = state_out[:count, -1]
-            self._sensordata[rows] = sensor_out[:count, -1]
+        buffers = self._buffers_for(substeps)
+        for start in range(0, self.num_envs, self._envs_per_call):
+            rows = slice(start, min(start + self._envs_per_call, self.num_envs))
+            self._step_envs(rows, substeps, buffers)
         forward_kinematics(self._tree, self._qpos, self._qvel, self._all_envs, self._body_states)
 
     def reset_envs(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
@@ -219,29 +215,35 @@ class MujocoBackend(SimBackend):
         return self._all_envs if env_ids is None else check_env_ids(env_ids, self.num_envs)
 
     def _buffers_for(self, substeps: int):
-        """Controls, states and sensors of every substep of one chunk of envs."""
+        """Controls, states and sensors of every substep of one call's envs."""
         substeps = check_positive_int("substeps", substeps)
         if substeps not in self._substep_buffers:
-            chunk, m = len(self._physics_models), self._physics
+            envs, m = self._envs_per_call, self._physics
             self._substep_buffers[substeps] = (
-                np.empty((chunk, substeps, self._nstate)),
-                np.empty((chunk, substeps, m.nsensordata)),
-                np.empty((chunk, substeps, m.nu)),
+                np.empty((envs, substeps, m.nu)),
+                np.empty((envs, substeps, self._nstate)),
+                np.empty((envs, substeps, m.nsensordata)),
             )
         return self._substep_buffers[substeps]
 
-    def _rollout(self, rows: slice, nstep, ctrl, state_out, sensor_out) -> None:
-        """``nstep`` physics steps of envs ``rows`` from their current states."""
+    def _step_envs(self, rows: slice, nstep: int, buffers) -> None:
+        """``nstep`` physics steps of envs ``rows`` (one call's at most): their new states and
+        the sensors of the last substep."""
+        count = rows.stop - rows.start
+        ctrl, states, sensors = (buffer[:count] for buffer in buffers)
+        ctrl[:] = self._ctrl[rows, None, :]
         self._pool.rollout(
-            self._physics_models[: len(ctrl)],
+            self._physics_models[:count],
             self._datas,
             self._state[rows],
             ctrl,
             skip_checks=True,
             nstep=nstep,
-            state=state_out,
-            sensordata=sensor_out,
+            state=states,
+            sensordata=sensors,
         )
+        self._state[rows] = states[:, -1]
+        self._sensordata[rows] = sensors[:, -1]
 
 
 def _touching_bodies(model: mujoco.MjModel) -> np.ndarray:
