@@ -31,7 +31,7 @@ from fuselab_env_core.ranges import (
     PositiveFloat,
     Section,
 )
-from fuselab_env_core.rotations import np_wrap_angle, np_yaw
+from fuselab_env_core.rotations import np_quat_mul, np_wrap_angle, np_yaw
 from fuselab_envs.g1 import ACTION_SCALE, STANDING_PELVIS_HEIGHT
 from fuselab_envs.tasks.g1_common import check_g1_robot, g1_task_arrays, joint_array
 
@@ -189,8 +189,6 @@ class G1WalkFlat(FusedEnv):
         # Reset-path buffers: the reset rows' state and their uniform draws (yaw, joint noise).
         self._qpos = np.zeros((n, facts.nq), np.float32)
         self._qvel = np.zeros((n, facts.nv), np.float32)
-        self._uniform = np.zeros((n, 1 + len(facts.joint_names)), np.float64)
-        self._half_yaw = np.zeros(n, np.float64)
         super().__init__(
             backend,
             Entity(backend, BODIES, contact_body_names=CONTACT_BODIES),
@@ -208,20 +206,32 @@ class G1WalkFlat(FusedEnv):
     # -- FusedEnv hooks ----------------------------------------------------------------------------
 
     def reset_state(self, env_ids):
-        k = len(env_ids)
+        """The standing pose, a yaw uniform in [0, 2 pi) and the joints uniform within
+        +- joint_noise_rad of the pose (clipped to their ranges), drawn as the event layer's
+        reset events draw: the base pose and velocity (k, 6) each, then the joint positions and
+        velocities (k, joints) each."""
+        k, facts = len(env_ids), self.facts
         qpos, qvel = self._qpos[:k], self._qvel[:k]
         qpos[:] = 0.0
         qvel[:] = 0.0
         qpos[:, 2] = STANDING_PELVIS_HEIGHT
-        uniform, half_yaw = self._uniform[:k], self._half_yaw[:k]
-        self.rng.random(out=uniform)
-        np.multiply(uniform[:, 0], np.pi, out=half_yaw)  # yaw uniform in [0, 2 pi)
-        np.cos(half_yaw, out=qpos[:, 3], casting="same_kind")
-        np.sin(half_yaw, out=qpos[:, 6], casting="same_kind")
-        noise = uniform[:, 1:]  # uniform in +- joint_noise_rad around the default pose
-        noise *= 2.0 * self.events.joint_noise_rad
-        noise += self.default_pose - self.events.joint_noise_rad
-        qpos[:, self.facts.joint_qpos_adr] = noise
+        qpos[:, 3] = 1.0
+        qpos[:, facts.joint_qpos_adr] = self.default_pose
+        low = np.zeros(6)
+        high = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 2.0 * np.pi])
+        pose = self.rng.uniform(low, high, (k, 6))
+        velocity = self.rng.uniform(np.zeros(6), np.zeros(6), (k, 6))
+        qpos[:, 0:3] += pose[:, 0:3]
+        qpos[:, 3:7] = np_quat_mul(_euler_quat(pose[:, 3], pose[:, 4], pose[:, 5]), qpos[:, 3:7])
+        qvel[:, 0:6] += velocity
+        joints = len(facts.joint_names)
+        noise = self.events.joint_noise_rad
+        position = self.rng.uniform(-noise, noise, (k, joints))
+        velocity = self.rng.uniform(0.0, 0.0, (k, joints))
+        columns = facts.joint_qpos_adr
+        limits = facts.joint_ranges
+        qpos[:, columns] = np.clip(qpos[:, columns] + position, limits[:, 0], limits[:, 1])
+        qvel[:, facts.joint_qvel_adr] += velocity
         return qpos, qvel
 
     def on_reset(self, env_ids):
@@ -275,3 +285,19 @@ class G1WalkFlat(FusedEnv):
         qpos, qvel = self.robot.qpos[env_ids], self.robot.qvel[env_ids]
         qvel[:, :2] += self.rng.uniform(-1, 1, (len(env_ids), 2)) * self.events.push_speed_mps
         self.write_state(env_ids, qpos, qvel)
+
+
+def _euler_quat(roll: np.ndarray, pitch: np.ndarray, yaw: np.ndarray) -> np.ndarray:
+    """(w, x, y, z) float64 of the extrinsic x-y-z rotation (roll, then pitch, then yaw)."""
+    cr, sr = np.cos(roll / 2), np.sin(roll / 2)
+    cp, sp = np.cos(pitch / 2), np.sin(pitch / 2)
+    cy, sy = np.cos(yaw / 2), np.sin(yaw / 2)
+    return np.stack(
+        [
+            cr * cp * cy + sr * sp * sy,
+            sr * cp * cy - cr * sp * sy,
+            cr * sp * cy + sr * cp * sy,
+            cr * cp * sy - sr * sp * cy,
+        ],
+        axis=-1,
+    )
