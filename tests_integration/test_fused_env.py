@@ -6,8 +6,10 @@ import mujoco
 import numpy as np
 import pytest
 
+from fuselab_env_core.actions import build_action
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import FusedEnv
+from fuselab_env_core.events import EventManager, event
 from fuselab_env_core.terms import observation, reward, termination
 from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 from fuselab_sim_backends.walker import WALKER_XML
@@ -82,22 +84,34 @@ class WalkerStand(FusedEnv):
             "term": "walker_fell",
             "params": {"min_height_m": min_height_m},
         }
-        nu = backend.model.nu
         super().__init__(
             backend,
             Entity(backend, ["torso"]),
             terms,
+            **walker_parts(backend, self.model),
             decimation=4,
             episode_length_s=episode_length_s,
-            default_controls=np.zeros(nu),
-            action_scale=np.full(nu, 0.5),
             **kwargs,
         )
 
-    def reset_state(self, env_ids):
-        qpos = np.tile(self.model.qpos0, (len(env_ids), 1))
-        qpos[:, 7:] += self.rng.uniform(-0.1, 0.1, (len(env_ids), self.model.nq - 7))
-        return qpos.astype(np.float32), np.zeros((len(env_ids), self.model.nv), np.float32)
+
+def walker_parts(backend, model):
+    """The walker's action mapping (position targets 0.5 x action around its initial pose), its
+    initial state and a reset event that jitters its joints by up to 0.1 rad."""
+    facts = backend.model
+    action = build_action(
+        {"joint_pos": {"term": "joint_position", "params": {"scale": 0.5}}},
+        facts,
+        backend.num_envs,
+        model.qpos0[facts.joint_qpos_adr].astype(np.float32),
+    )
+    reset = {
+        "term": "reset_joints_by_offset",
+        "mode": "reset",
+        "params": {"position_rad": [-0.1, 0.1]},
+    }
+    events = EventManager({"reset_joints": reset}, backend, facts.physics_dt * 4)
+    return {"action": action, "init_qpos": model.qpos0, "events": events}
 
 
 def test_200_random_steps_reset_and_keep_shapes():
@@ -174,9 +188,9 @@ def test_float64_actions_beyond_float32_count_as_non_finite_and_controls_follow_
     actions[5, 0] = 1e39  # finite in float64, inf in float32
     result = env.step(actions)
     assert list(result.info["non_finite_actions"]) == [5]
-    assert (env._controls[5] == env.default_controls).all()  # it held still, then reset
+    assert (env._controls[5] == env.action.offset).all()  # it held still, then reset
     assert (np.delete(env.last_actions, 5, axis=0) == np.float32(0.25)).all()
-    expected = env.default_controls + env.action_scale * np.float32(0.25)
+    expected = env.action.offset + env.action.scale * np.float32(0.25)
     assert np.array_equal(np.delete(env._controls, 5, axis=0), np.tile(expected, (N - 1, 1)))
 
 
@@ -238,7 +252,91 @@ def test_a_row_whose_observation_overflows_ends_as_a_failure_and_observes_again_
     assert list(env.step(actions).info["non_finite_observations"]) == []
 
 
-def test_bad_actions_and_misconfigured_time_out_are_named():
+def test_actions_drive_their_joints_clipped_and_delayed_per_env_and_the_rest_hold_still():
+    """An action mapping over some joints (hip pitch and knee, a scale per joint pattern, clip
+    0.5): the other actuators hold the initial pose; env 1's actions arrive a step late."""
+    backend = MujocoBackend(WALKER_XML, N, num_threads=2)
+    model = mujoco.MjModel.from_xml_string(WALKER_XML)
+    params = {
+        "joints": [".*_hip_pitch", ".*_knee"],
+        "scale": {".*_hip_pitch": 0.5, ".*_knee": 0.25},
+        "clip": 0.5,
+    }
+    facts = backend.model
+    init_joint_pos = model.qpos0[facts.joint_qpos_adr].astype(np.float32)
+    action = build_action(
+        {"legs": {"term": "joint_position", "params": params}}, facts, N, init_joint_pos
+    )
+    env = FusedEnv(
+        backend, Entity(backend, ["torso"]), TERMS, action=action, init_qpos=model.qpos0,
+        decimation=4, episode_length_s=10.0,
+    )  # fmt: skip
+    assert env.action_dim == 4 and env.actions.shape == (N, 4)
+    driven = [facts.actuator_names.index(n) for n in ("left_hip_pitch", "left_knee")]
+    driven += [facts.actuator_names.index(n) for n in ("right_hip_pitch", "right_knee")]
+    held = [a for a in range(facts.nu) if a not in driven]
+    scale = np.array([0.5, 0.25, 0.5, 0.25], np.float32)
+    np.testing.assert_array_equal(action.actuators, driven)
+    np.testing.assert_array_equal(action.scale, scale)
+    action.set_delay(np.array([1]), np.array([1]))
+    first, second = np.full((N, 4), 0.8, np.float32), np.full((N, 4), -0.2, np.float32)
+    env.step(first)
+    others = np.delete(np.arange(N), 1)
+    np.testing.assert_array_equal(env.actions, first)  # the policy's actions, unclipped
+    np.testing.assert_array_equal(
+        env._controls[np.ix_(others, driven)], np.tile(scale * 0.5, (N - 1, 1))
+    )
+    np.testing.assert_array_equal(env._controls[1, driven], 0.0)  # nothing arrived yet
+    np.testing.assert_array_equal(env._controls[:, held], 0.0)  # the initial pose
+    env.step(second)
+    np.testing.assert_array_equal(env.last_actions, first)
+    np.testing.assert_allclose(
+        env._controls[np.ix_(others, driven)], np.tile(scale * -0.2, (N - 1, 1))
+    )
+    np.testing.assert_array_equal(env._controls[1, driven], scale * 0.5)  # a step late
+    np.testing.assert_array_equal(env._controls[:, held], 0.0)
+
+
+def test_events_run_in_their_modes_on_whole_arrays_of_envs():
+    """A startup event once for every env, a reset event for the envs that start an episode,
+    an interval event for the envs whose timer ran out (not those ending the step)."""
+    calls = []
+
+    @event("startup", "reset", "interval", name="test_fused_env_record")
+    def record(env, env_ids, label: str = "") -> None:
+        calls.append((label, env.episode_step[env_ids].copy(), env_ids.copy()))
+
+    backend = MujocoBackend(WALKER_XML, N, num_threads=2)
+    model = mujoco.MjModel.from_xml_string(WALKER_XML)
+    table = {
+        mode: {"term": "test_fused_env_record", "mode": mode, "params": {"label": mode}}
+        for mode in ("startup", "reset")
+    }
+    table["interval"] = {
+        "term": "test_fused_env_record",
+        "mode": "interval",
+        "interval_s": [0.1, 0.1],  # every 5 control steps (0.02 s each)
+        "params": {"label": "interval"},
+    }
+    parts = walker_parts(backend, model)
+    parts["events"] = EventManager(table, backend, step_dt=0.02)
+    standing = {**TERMS, "terminations": {"time_out": TERMS["terminations"]["time_out"]}}
+    env = FusedEnv(
+        backend, Entity(backend, ["torso"]), standing, **parts, decimation=4,
+        episode_length_s=0.2,
+    )  # fmt: skip
+    assert [(label, list(ids)) for label, _, ids in calls] == [
+        ("startup", list(range(N))),
+        ("reset", list(range(N))),
+    ]
+    calls.clear()
+    zeros = np.zeros((N, 6), np.float32)
+    for _ in range(10):  # 10 steps: the episodes time out at the 10th
+        env.step(zeros)
+    labels = [(label, list(ids)) for label, _, ids in calls]
+    assert labels == [("interval", list(range(N))), ("reset", list(range(N)))]
+    assert (calls[0][1] == 5).all()  # fired after the 5th step
+
     env = WalkerStand()
     with pytest.raises(ValueError, match=r"actions: expected an array of shape \(8, 6\)"):
         env.step(np.zeros((N, 5), np.float32))
@@ -251,5 +349,5 @@ def test_bad_actions_and_misconfigured_time_out_are_named():
     ):
         FusedEnv(
             backend, Entity(backend, ["torso"]), bad, decimation=4, episode_length_s=1.0,
-            default_controls=np.zeros(6), action_scale=np.ones(6),
+            **walker_parts(backend, mujoco.MjModel.from_xml_string(WALKER_XML)),
         )  # fmt: skip

@@ -15,7 +15,7 @@ import fuselab_envs
 for task in ("g1_walk_flat", "g1_motion_tracking"):
     env = fuselab_envs.make(task, num_envs=4, backend="mujoco", num_threads=1)
     for _ in range(3):
-        env.step(np.zeros((4, env.backend.model.nu), np.float32))
+        env.step(np.zeros((4, env.action_dim), np.float32))
     env.robot.update(np.array([1, 2]))
 """
 

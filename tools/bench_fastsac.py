@@ -80,7 +80,7 @@ def _measure(task: str, n: int, budget, collector_threads: int, seconds: float) 
     )
     alone = make_env(cfg)
     rng = np.random.default_rng(0)
-    actions = rng.uniform(-1, 1, (32, n, alone.backend.model.nu)).astype(np.float32)
+    actions = rng.uniform(-1, 1, (32, n, alone.action_dim)).astype(np.float32)
 
     def env_alone_rate(min_s: float = 2.0) -> float:
         steps, started = 0, time.perf_counter()

@@ -41,7 +41,7 @@ def bench_tracking(args) -> dict:
     )
     oracle = NumpyTerms(env.terms.plan, env.terms.state)
     rng = np.random.default_rng(0)
-    actions = rng.uniform(-0.3, 0.3, (n, env.backend.model.nu)).astype(np.float32)
+    actions = rng.uniform(-0.3, 0.3, (n, env.action_dim)).astype(np.float32)
     for _ in range(args.warmup):
         env.step(actions)
     ms = time_side_by_side(

@@ -38,7 +38,7 @@ def bench_training(args) -> dict:
         alone = make_env(cfg)
         rng = np.random.default_rng(0)
         # Actions like an untrained policy's (N(0, 1)), drawn before timing.
-        actions = rng.normal(0.0, 1.0, (steps, n, alone.backend.model.nu)).astype(np.float32)
+        actions = rng.normal(0.0, 1.0, (steps, n, alone.action_dim)).astype(np.float32)
 
         def step_alone() -> float:
             started = time.perf_counter()

@@ -24,7 +24,7 @@ def bench_walk(args) -> dict:
     n = args.walk_envs
     env = fuselab_envs.make("g1_walk_flat", num_envs=n, backend="mujoco")
     rng = np.random.default_rng(0)
-    actions = rng.uniform(-0.5, 0.5, (n, env.backend.model.nu)).astype(np.float32)
+    actions = rng.uniform(-0.5, 0.5, (n, env.action_dim)).astype(np.float32)
     for _ in range(args.warmup):
         env.step(actions)
     full_step = time_full_steps(env, actions, args.walk_steps, args.repeats)

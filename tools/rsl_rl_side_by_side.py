@@ -50,7 +50,7 @@ from tensordict import TensorDict
 from fuselab_envs.registry import make_env
 from fuselab_rl.distributed import SINGLE
 from fuselab_rl.episode_stats import EpisodeStats
-from fuselab_rl.evaluate import EVALUATORS, evaluate_policy
+from fuselab_rl.evaluate import evaluate_policy, evaluator_of
 from fuselab_rl.ppo import POLICY_KEYS, PPOCfg, network_kwargs
 from fuselab_rl.runner import compose_config, resolve_device, resolve_threads, validate_config
 
@@ -99,7 +99,7 @@ class FusedVecEnv(VecEnv):
     def __init__(self, cfg: DictConfig, clip_actions: float | None):
         self.env = make_env(cfg)
         self.num_envs = self.env.num_envs
-        self.num_actions = self.env.backend.model.nu
+        self.num_actions = self.env.action_dim
         self.max_episode_length = int(self.env.max_episode_steps[0])
         self.episode_length_buf = torch.from_numpy(self.env.episode_step)  # the env's own counter
         self.device = "cpu"
@@ -128,9 +128,7 @@ class FusedVecEnv(VecEnv):
         return self.obs, reward, torch.from_numpy(dones).long(), extras
 
     def close(self) -> None:
-        close = getattr(self.env.backend, "close", None)
-        if close is not None:
-            close()
+        self.env.close()
 
     def _wrap(self, obs: dict) -> TensorDict:
         # Copies: the env reuses its buffers, and rsl_rl copies the observation an action was
@@ -281,8 +279,10 @@ def main() -> None:
     validate_config(cfg)
     if cfg.algo.name != "ppo":
         parser.error(f"algo: rsl_rl's runner here is PPO; got algo={cfg.algo.name}")
-    if cfg.task_name not in EVALUATORS:
-        parser.error(f"--task: fuselab-eval measures {', '.join(EVALUATORS)}, not {cfg.task_name}")
+    try:
+        evaluator_of(cfg)
+    except ValueError as error:
+        parser.error(f"--task: {error}")
     if (args.out / "metrics.jsonl").exists():
         parser.error(f"--out: '{args.out}' already holds a run; give a new directory")
     save_interval = args.save_interval or cfg.save_interval

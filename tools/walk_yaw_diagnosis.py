@@ -1,10 +1,11 @@
-"""Where a G1WalkFlat policy's yaw-rate error comes from, per command kind.
+"""Where a walking policy's yaw-rate error comes from, per command kind.
 
-Runs fuselab-eval's walk rollout (the same commands, settling and window) on a checkpoint and
-splits each kind's RMS yaw-rate error into the per-env mean error (drift: turning too little,
-or turning when told to go straight) and the oscillation around it, with the oscillation's
-power below 1 Hz, at 1-3 Hz (the gait's step frequency) and above 3 Hz; for the turning
-commands, the mean yaw rate reached against the mean asked, per direction. With
+Runs fuselab-eval's walk rollout (the same commands, settling and window) on a checkpoint of a
+task with a velocity command (g1_walk_flat) and splits each kind's RMS yaw-rate error into the
+per-env mean error (drift: turning too little, or turning when told to go straight) and the
+oscillation around it, with the oscillation's power below 1 Hz, at 1-3 Hz (the gait's step
+frequency) and above 3 Hz; for the turning commands, the mean yaw rate reached against the
+mean asked, per direction. With
 ``--clean-observations`` the actor's observations carry no noise (a diagnostic: how much of the
 wobble is the policy answering sensor noise; fuselab-eval keeps the noise it was trained with).
 Prints a table and, with ``--json``, writes it:
@@ -27,7 +28,11 @@ from fuselab_rl.evaluate import (
     NUM_ENVS,
     SECONDS,
     SEED,
+    VELOCITY,
+    command_entry,
     eval_config,
+    evaluator_of,
+    velocity_ranges,
     walk_commands,
     walk_rollout,
 )
@@ -61,11 +66,14 @@ def diagnose(
     direction, the mean yaw rate asked and reached."""
     checkpoint = load_checkpoint(checkpoint_path)
     cfg = eval_config(checkpoint["config"], num_envs, SEED)
-    if cfg.task_name != "g1_walk_flat":
-        raise ValueError(f"checkpoint: a g1_walk_flat run's, got a {cfg.task_name!r} one")
+    if evaluator_of(cfg) != VELOCITY:
+        raise ValueError(
+            f"checkpoint: a walking run's (a {VELOCITY} command), got {cfg.task_name!r}"
+        )
     if clean_observations:
         cfg.observations.actor.noise = False
-    commands, kinds = walk_commands(cfg.commands, num_envs, np.random.default_rng(SEED))
+    ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
+    commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(SEED))
     yaw_rates, never_fell = [], np.ones(num_envs, np.bool_)
     for _, yaw_rate, fallen in walk_rollout(cfg, load_policy(checkpoint), commands, seconds):
         yaw_rates.append(yaw_rate.copy())
@@ -95,7 +103,7 @@ def diagnose(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", help="a G1WalkFlat checkpoint (model_<iteration>.pt)")
+    parser.add_argument("checkpoint", help="a g1_walk_flat checkpoint (model_<iteration>.pt)")
     parser.add_argument("--num-envs", type=int, default=NUM_ENVS)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--json", type=Path, help="write the report here")

@@ -21,7 +21,7 @@ def run_both(cfg, state, dt, seed=0):
     fused = FusedTerms.build(cfg, state, dt=dt)
     oracle = NumpyTerms(fused.plan, state)
     fused.seed_noise(seed)
-    fused.next_noise_draw()
+    fused.next_step()
     oracle.buffers.noise_key[:] = fused.buffers.noise_key
     fused()
     oracle()
@@ -215,7 +215,7 @@ def test_observation_noise_is_a_function_of_seed_draw_row_and_column():
     def actor_obs(seed, draws, rows=None):
         fused.seed_noise(seed)
         for _ in range(draws):
-            fused.next_noise_draw()
+            fused.next_step()
         fused.observe(rows)
         return fused.buffers.obs["actor"].copy()
 

@@ -59,9 +59,11 @@ common.base_height_below.numpy(lambda p, min_height, body: p[:, body, 2] < min_h
 common.base_lin_vel.numpy(lambda v: v)
 common.base_ang_vel.numpy(lambda w: w)
 common.projected_gravity.numpy(lambda g: g)
-common.joint_pos_rel.numpy(lambda q, q0: q - q0)
+common.joint_pos_rel.numpy(lambda q, bias, q0: q + bias - q0)
 common.joint_vel_rel.numpy(lambda v: v)
 common.last_action.numpy(lambda a: a)
+common.joint_torques_l2.numpy(lambda force: np.sum(force**2, axis=1))
+common.joint_acc_l2.numpy(lambda acc: np.sum(acc**2, axis=1))
 velocity.track_lin_vel_xy_exp.numpy(
     lambda c, v, std: np.exp(-np.sum((c[:, :2] - v[:, :2]) ** 2, axis=1) / (std * std))
 )
@@ -204,4 +206,9 @@ tracking.body_ori_b.numpy(
     lambda quat, a: np_matrix_first_two_columns(
         np_quat_mul(np_quat_conjugate(quat[:, a : a + 1]), quat)
     ).reshape(len(quat), -1)
+)
+tracking.motion_body_ori_b.numpy(
+    lambda frame, quat, clip_quat, b: np_matrix_first_two_columns(
+        np_quat_mul(np_quat_conjugate(quat[:, b]), clip_quat[frame, b])
+    )
 )

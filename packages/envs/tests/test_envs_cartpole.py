@@ -31,7 +31,7 @@ def test_terms_match_their_numpy_twins():
     fused = FusedTerms.build(_terms(fuselab_envs.compose("cartpole")), state, dt=0.02)
     oracle = NumpyTerms(fused.plan, state)
     fused.seed_noise(0)
-    fused.next_noise_draw()
+    fused.next_step()
     oracle.buffers.noise_key[:] = fused.buffers.noise_key
     fused()
     oracle()
@@ -45,7 +45,10 @@ def test_terms_match_their_numpy_twins():
 def test_the_pole_falls_without_control_and_the_episode_restarts():
     env = fuselab_envs.make("cartpole", num_envs=8, num_threads=1)
     assert env.terms.buffers.obs["actor"].shape == (8, 4)
-    assert np.abs(env.robot.joint_pos).max() <= env.reset_noise + 1e-6
+    noise = fuselab_envs.compose("cartpole").events.reset.params  # the reset event's offsets
+    assert np.abs(env.robot.joint_pos).max() <= max(np.abs(noise.position_rad)) + 1e-6
+    assert np.abs(env.robot.joint_vel).max() <= max(np.abs(noise.velocity_radps)) + 1e-6
+    assert np.abs(env.robot.joint_pos).min() > 0.0  # drawn, not the initial state
     fell = np.zeros(8, bool)
     for _ in range(200):
         result = env.step(np.zeros((8, 1), np.float32))

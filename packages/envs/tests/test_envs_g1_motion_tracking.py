@@ -1,5 +1,5 @@
-"""G1MotionTracking: terms against their NumPy twins, kinematic replay on every backend, start
-sampling, clip ends, terminal observations."""
+"""g1_motion_tracking: terms against their NumPy twins, kinematic replay on every backend, the
+motion command's start sampling and clip ends, terminal observations."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,10 @@ from omegaconf import OmegaConf
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
-from fuselab_envs.tasks.g1_motion_tracking import CONTACT_BODIES, TRACKED_BODIES
+
+TRACKING = fuselab_envs.compose("g1_motion_tracking")
+TRACKED_BODIES = tuple(TRACKING.entity.bodies)  # BeyondMimic's, the motion command's too
+CONTACT_BODIES = tuple(TRACKING.entity.contact_bodies)
 
 N_RANDOM = 256
 FRAMES, BODIES, JOINTS = 40, 14, 29
@@ -21,8 +24,8 @@ TRACKING_REWARDS = (
     "body_lin_vel",
     "body_ang_vel",
 )
-STILL = [
-    f"reset_noise.{k}=0.0"
+STILL = [  # reference state initialization without noise
+    f"commands.motion.params.reset_{k}=0.0"
     for k in (
         "pos_xy_m",
         "pos_z_m",
@@ -68,6 +71,7 @@ def random_tracking_state(rng, clip, n=N_RANDOM):
         ).astype(np.float32),
         "actions": rng.normal(0, 1, (n, JOINTS)).astype(np.float32),
         "last_actions": rng.normal(0, 1, (n, JOINTS)).astype(np.float32),
+        "encoder_bias": rng.uniform(-0.02, 0.02, (n, JOINTS)).astype(np.float32),
         "episode_step": rng.integers(0, 600, n).astype(np.int32),
         "max_episode_steps": np.full(n, 500, np.int32),
         "motion_frame": frame,
@@ -99,7 +103,7 @@ def test_every_term_matches_its_numpy_twin(seed):
     fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
     fused.seed_noise(seed)
-    fused.next_noise_draw()
+    fused.next_step()
     oracle.buffers.noise_key[:] = fused.buffers.noise_key
     fused()
     oracle()
@@ -120,7 +124,7 @@ def test_every_term_matches_its_numpy_twin(seed):
         assert 0 < f.termination_terms[:, k].mean() < 1, fused.plan.terminations[k].entry
     for group in f.obs:
         np.testing.assert_allclose(f.obs[group], o.obs[group], rtol=1e-5, atol=1e-5, err_msg=group)
-    assert f.obs["actor"].shape == (N_RANDOM, 160) and f.obs["critic"].shape == (N_RANDOM, 286)
+    assert f.obs["actor"].shape == (N_RANDOM, 154) and f.obs["critic"].shape == (N_RANDOM, 286)
 
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp", "motrix"])
@@ -132,13 +136,15 @@ def test_kinematic_replay_earns_every_tracking_reward(backend):
         num_envs=2,
         backend=backend,
         num_threads=1,
-        **{"sampling.mode": "uniform"},
+        **{"commands.motion.params.start": "uniform"},
+        **({"env.randomize": False} if backend == "motrix" else {}),  # no per-env parameters
     )
+    motion = env.commands["motion"]
     b, plan = env.terms.buffers, env.terms.plan
     index = {c.entry: k for k, c in enumerate(plan.rewards)}
     weights = fuselab_envs.compose("g1_motion_tracking").rewards
     for _ in range(30):
-        qpos, qvel = env.reference_state(env.motion_frame)
+        qpos, qvel = motion.reference_state(motion.motion_frame)
         env.backend.reset_envs(np.arange(2), qpos, qvel)
         env.robot.update()
         env.terms()
@@ -149,17 +155,44 @@ def test_kinematic_replay_earns_every_tracking_reward(backend):
         assert not b.terminated.any() and not b.truncated.any()
         np.testing.assert_allclose(b.workspace["motion_anchor_pos_b"], 0.0, atol=2e-4)
         np.testing.assert_allclose(b.workspace["motion_to_robot_yaw"][:, 1], 0.0, atol=2e-4)
-        env.motion_frame[:] = np.minimum(env.motion_frame + 1, env.num_frames - 1)
+        motion.motion_frame[:] = np.minimum(motion.motion_frame + 1, motion.num_frames - 1)
+
+
+def test_an_episode_starts_on_the_clip_at_its_start_frame_within_the_reset_noise():
+    """Reference state initialization: the clip's state at each env's start frame plus uniform
+    noise within the configured half-widths (base position, orientation, velocities, joints)."""
+    from fuselab_env_core.rotations import np_quat_mul
+
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=300, num_threads=1)
+    motion, facts = env.commands["motion"], env.backend.model
+    noise = TRACKING.commands.motion.params
+    qpos, qvel = motion.reference_state(motion.motion_frame)
+    assert len(np.unique(motion.motion_frame)) > 50  # adaptive starts spread over the clip
+    got_qpos, got_qvel = env.robot.qpos, env.robot.qvel
+    xy, z = np.abs(got_qpos[:, :2] - qpos[:, :2]), np.abs(got_qpos[:, 2] - qpos[:, 2])
+    assert np.all(xy <= noise.reset_pos_xy_m + 1e-5) and xy.max() > 0.8 * noise.reset_pos_xy_m
+    assert np.all(z <= noise.reset_pos_z_m + 1e-5)
+    turn = np_quat_mul(got_qpos[:, 3:7], qpos[:, 3:7] * [1, -1, -1, -1])  # noise rotation
+    angle = 2 * np.arccos(np.clip(np.abs(turn[:, 0]), 0, 1))
+    bound = 2 * noise.reset_roll_pitch_rad + noise.reset_yaw_rad  # (a composed turn's angle)
+    assert np.all(angle <= bound + 1e-4) and angle.max() > 0.1
+    lin, ang = np.abs(got_qvel[:, :3] - qvel[:, :3]), np.abs(got_qvel[:, 3:6] - qvel[:, 3:6])
+    assert np.all(lin <= noise.reset_lin_vel_mps + 1e-5)
+    assert np.all(ang <= noise.reset_ang_vel_radps + 1e-5)
+    joints = np.abs(env.robot.joint_pos - qpos[:, facts.joint_qpos_adr])
+    assert np.all(joints <= noise.reset_joint_pos_rad + 1e-5) and joints.max() > 0.09
+    np.testing.assert_allclose(env.robot.joint_vel, qvel[:, facts.joint_qvel_adr], atol=1e-5)
 
 
 def test_adaptive_sampling_starts_more_often_where_envs_fail():
     env = fuselab_envs.make("g1_motion_tracking", num_envs=4, num_threads=1)
-    uniform = env.sample_start_frames(4000)
-    assert np.histogram(uniform, env.num_bins, (0, env.num_frames))[0].min() > 0
-    env.bin_failures[:] = 0.0
-    env.bin_failures[6] = 1.0  # every failure so far happened in the seventh second
-    frames = env.sample_start_frames(4000)
-    counts = np.bincount(frames * env.num_bins // env.num_frames, minlength=env.num_bins)
+    motion = env.commands["motion"]
+    uniform = motion.sample_start_frames(env.rng, 4000)
+    assert np.histogram(uniform, motion.num_bins, (0, motion.num_frames))[0].min() > 0
+    motion.bin_failures[:] = 0.0
+    motion.bin_failures[6] = 1.0  # every failure so far happened in the seventh second
+    frames = motion.sample_start_frames(env.rng, 4000)
+    counts = np.bincount(frames * motion.num_bins // motion.num_frames, minlength=motion.num_bins)
     assert counts[6] > 0.3 * 4000 and counts[6] > 5 * np.median(counts)
     assert counts[5] > counts[4]  # the seconds leading up to a failure are raised too
     assert counts.min() > 0  # the uniform share keeps every bin alive
@@ -167,16 +200,18 @@ def test_adaptive_sampling_starts_more_often_where_envs_fail():
 
 def test_failures_are_counted_in_the_bin_of_the_failing_frame():
     env = fuselab_envs.make("g1_motion_tracking", num_envs=4, num_threads=1)
-    env.bin_failures[:] = 0.0
-    env.motion_frame[:] = [10, 10, 260, 400]
+    motion = env.commands["motion"]
+    motion.bin_failures[:] = 0.0
+    motion.motion_frame[:] = [10, 10, 260, 400]
     env.terminated[:] = [True, False, True, False]
     env.truncated[:] = False
-    env._count_failures()
-    failed_bins = np.flatnonzero(env.bin_failures)
+    motion.advance(env)  # after the step is scored: count its failures, then the next frame
+    failed_bins = np.flatnonzero(motion.bin_failures)
     assert list(failed_bins) == [
-        10 * env.num_bins // env.num_frames,
-        260 * env.num_bins // env.num_frames,
+        10 * motion.num_bins // motion.num_frames,
+        260 * motion.num_bins // motion.num_frames,
     ]
+    assert list(motion.motion_frame) == [11, 11, 261, 401]
 
 
 @pytest.mark.parametrize("clip_end", ["truncate", "resample"])
@@ -186,13 +221,14 @@ def test_clip_end(clip_end):
         STILL,
         num_envs=3,
         num_threads=1,
-        **{"motion.clip_end": clip_end, "env.episode_length_s": 30.0},
+        **{"commands.motion.params.clip_end": clip_end, "env.episode_length_s": 30.0},
     )
-    env.motion_frame[:] = env.num_frames - 2
-    qpos, qvel = env.reference_state(env.motion_frame)
+    motion = env.commands["motion"]
+    motion.motion_frame[:] = motion.num_frames - 2
+    qpos, qvel = motion.reference_state(motion.motion_frame)
     env.backend.reset_envs(np.arange(3), qpos, qvel)
     steps_before = env.episode_step.copy()
-    hold = (env.robot.joint_pos - env.default_pose) / env.action_scale
+    hold = (env.robot.joint_pos - env.action.offset) / env.action.scale
     first = env.step(hold.astype(np.float32))
     assert not first.truncated.any()
     second = env.step(hold.astype(np.float32))
@@ -202,8 +238,8 @@ def test_clip_end(clip_end):
     else:
         assert not second.truncated.any() and not second.terminated.any()
         assert (env.episode_step == steps_before + 2).all()  # the episode goes on
-        assert (env.motion_frame < env.num_frames - 1).all()
-        qpos, _ = env.reference_state(env.motion_frame)
+        assert (motion.motion_frame < motion.num_frames - 1).all()
+        qpos, _ = motion.reference_state(motion.motion_frame)
         np.testing.assert_allclose(env.robot.qpos, qpos, atol=1e-5)  # teleported onto the clip
 
 
@@ -232,8 +268,31 @@ def test_terminated_rows_keep_their_final_observation():
 
 def test_bad_task_settings_are_named():
     with pytest.raises(
-        ValueError, match="sampling.mode: expected one of start, uniform, adaptive, got 'often'"
+        ValueError,
+        match=r"commands\.motion\.params\.start: expected one of start, uniform, adaptive, "
+        r"got 'often'",
     ):
-        fuselab_envs.make("g1_motion_tracking", num_envs=2, **{"sampling.mode": "often"})
-    with pytest.raises(ValueError, match="clip_end: expected one of truncate, resample"):
-        fuselab_envs.make("g1_motion_tracking", num_envs=2, **{"motion.clip_end": "loop"})
+        fuselab_envs.make(
+            "g1_motion_tracking", num_envs=2, **{"commands.motion.params.start": "often"}
+        )
+    with pytest.raises(
+        ValueError, match=r"commands\.motion\.params\.clip_end: expected one of truncate, resample"
+    ):
+        fuselab_envs.make(
+            "g1_motion_tracking", num_envs=2, **{"commands.motion.params.clip_end": "loop"}
+        )
+    with pytest.raises(
+        ValueError, match=r"commands\.motion\.params\.smoothing_decay: expected >= 0 and <= 1"
+    ):
+        fuselab_envs.make(
+            "g1_motion_tracking", num_envs=2, **{"commands.motion.params.smoothing_decay": 1.5}
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"commands\.motion\.params\.bodies: \[.*\] must be entity\.bodies \[.*\], in order",
+    ):
+        fuselab_envs.make(
+            "g1_motion_tracking",
+            ["commands.motion.params.bodies=[pelvis,torso_link]"],
+            num_envs=2,
+        )

@@ -1,4 +1,5 @@
-"""G1WalkFlat: every term against its NumPy twin, the env on each backend, and its config."""
+"""g1_walk_flat: every term against its NumPy twin, the env on each backend, its velocity
+commands, pushes, and its config."""
 
 import numpy as np
 import pytest
@@ -9,7 +10,14 @@ import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.rotations import np_yaw
 from fuselab_env_core.runtime import FusedTerms
-from fuselab_envs.tasks.g1_walk_flat import BODIES, CONTACT_BODIES
+
+WALK = fuselab_envs.compose("g1_walk_flat")
+BODIES = tuple(WALK.entity.bodies)  # what the env copies for the terms, in the YAML's order
+CONTACT_BODIES = tuple(WALK.entity.contact_bodies)
+PUSH = (  # a push every 0.1 s (5 control steps) of up to 0.5 m/s in x and y
+    "++events.push={term: push_by_setting_velocity, mode: interval, interval_s: [0.1, 0.1], "
+    "params: {lin_vel_x_mps: [-0.5, 0.5], lin_vel_y_mps: [-0.5, 0.5]}}"
+)
 
 N_RANDOM = 256
 
@@ -26,6 +34,7 @@ def random_walk_state(rng, n=N_RANDOM, joints=29):
         "joint_vel": rng.normal(0, 3, (n, joints)).astype(np.float32),
         "actions": rng.normal(0, 1, (n, joints)).astype(np.float32),
         "last_actions": rng.normal(0, 1, (n, joints)).astype(np.float32),
+        "encoder_bias": rng.uniform(-0.02, 0.02, (n, joints)).astype(np.float32),
         "episode_step": rng.integers(0, 1200, n).astype(np.int32),
         "max_episode_steps": np.full(n, 1000, np.int32),
         "command": rng.uniform(-1, 1, (n, 3)).astype(np.float32),
@@ -63,7 +72,7 @@ def test_every_term_matches_its_numpy_twin(seed):
     fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
     fused.seed_noise(seed)
-    fused.next_noise_draw()
+    fused.next_step()
     oracle.buffers.noise_key[:] = fused.buffers.noise_key
     for _ in range(3):  # the feet timers carry state from step to step
         state["contact_force_w"][:] = np.where(
@@ -78,15 +87,24 @@ def test_every_term_matches_its_numpy_twin(seed):
     assert 0 < f.terminated.mean() < 1 and 0 < f.truncated.mean() < 1
     for group in f.obs:
         np.testing.assert_allclose(f.obs[group], o.obs[group], rtol=1e-5, atol=1e-6)
-    assert f.obs["actor"].shape == (N_RANDOM, 99) and f.obs["critic"].shape == (N_RANDOM, 101)
+    assert f.obs["actor"].shape == (N_RANDOM, 96) and f.obs["critic"].shape == (N_RANDOM, 101)
+
+
+# MotrixSim sets no model parameters per env: the task runs there nominal (no randomization).
+NOMINAL_ON = {"motrix": {"env.randomize": False}}
 
 
 @pytest.mark.parametrize("backend", ["mujoco", "mjwarp", "motrix"])
 def test_200_random_steps_on_each_backend(backend):
     n = 4
     env = fuselab_envs.make(
-        "g1_walk_flat", num_envs=n, backend=backend, **{"env.episode_length_s": 1.0}
+        "g1_walk_flat",
+        num_envs=n,
+        backend=backend,
+        **{"env.episode_length_s": 1.0, **NOMINAL_ON.get(backend, {})},
     )
+    command = env.commands["velocity"].command
+    command_columns = env.terms.plan.observations["actor"].slices()["command"]
     rng = np.random.default_rng(0)
     resets = 0
     for _ in range(200):
@@ -95,12 +113,15 @@ def test_200_random_steps_on_each_backend(backend):
             assert obs.dtype == np.float32 and np.isfinite(obs).all(), group
         assert np.isfinite(result.reward).all()
         resets += len(result.info["reset_envs"])
-        if len(result.info["reset_envs"]):
-            fresh = result.obs["actor"][
-                result.info["reset_envs"], 9:12
-            ]  # command of the new episode
-            np.testing.assert_array_equal(fresh, env.command[result.info["reset_envs"]])
+        if len(result.info["reset_envs"]):  # the new episodes observe their new commands
+            fresh = result.obs["actor"][result.info["reset_envs"], command_columns]
+            np.testing.assert_array_equal(fresh, command[result.info["reset_envs"]])
     assert resets >= 4 * n  # 1 s episodes: every env timed out (or fell) several times
+
+
+def test_randomization_a_backend_cannot_do_is_refused_by_name():
+    with pytest.raises(ValueError, match="MotrixBackend does not set model parameters per env"):
+        fuselab_envs.make("g1_walk_flat", num_envs=2, backend="motrix")
 
 
 def test_overrides_compose_and_reach_the_env():
@@ -113,18 +134,42 @@ def test_overrides_compose_and_reach_the_env():
 
 
 def test_after_pushes_and_resets_the_bound_state_equals_a_full_copy():
-    env = fuselab_envs.make(
-        "g1_walk_flat",
-        num_envs=6,
-        **{"env.episode_length_s": 0.3, "events.push_interval_s": 0.1},
-    )
+    env = fuselab_envs.make("g1_walk_flat", [PUSH], num_envs=6, **{"env.episode_length_s": 0.3})
+    written, write_state = [], env.write_state
+
+    def record(env_ids, qpos, qvel):
+        written.append(len(env_ids))
+        write_state(env_ids, qpos, qvel)
+
+    env.write_state = record
     rng = np.random.default_rng(2)
+    resets = 0
     for _ in range(40):
-        env.step(rng.uniform(-1, 1, (6, 29)).astype(np.float32))
+        result = env.step(rng.uniform(-1, 1, (6, 29)).astype(np.float32))
+        resets += len(result.info["reset_envs"])
         copied = {name: array.copy() for name, array in env.robot.state().items()}
         env.robot.update()
         for name, array in env.robot.state().items():
             np.testing.assert_array_equal(copied[name], array, err_msg=name)
+    assert resets > 0 and sum(written) - resets >= 6 * 2  # pushed rows: written beyond resets
+
+
+def test_an_episode_starts_standing_facing_any_way_with_its_joints_jittered():
+    """The reset events: the base at the standing pose turned by a yaw uniform in [0, 2 pi),
+    still; each joint within 0.1 rad of the default pose (and its range)."""
+    from fuselab_envs.g1 import STANDING_PELVIS_HEIGHT
+
+    env = fuselab_envs.make("g1_walk_flat", num_envs=400, num_threads=1)
+    qpos, qvel, facts = env.robot.qpos, env.robot.qvel, env.backend.model
+    np.testing.assert_allclose(qpos[:, :3], [[0.0, 0.0, STANDING_PELVIS_HEIGHT]] * 400, atol=1e-6)
+    yaw = np.mod(np_yaw(qpos[:, 3:7].astype(np.float64)), 2 * np.pi)
+    assert np.histogram(yaw, 8, (0, 2 * np.pi))[0].min() > 20  # every heading
+    np.testing.assert_allclose(qpos[:, 4:6], 0.0, atol=1e-6)  # a turn about z: no roll, pitch
+    offset = env.robot.joint_pos - env.action.offset  # the default pose, the actions' offset
+    low, high = facts.joint_ranges[:, 0], facts.joint_ranges[:, 1]
+    assert np.all(np.abs(offset) <= 0.1 + 1e-6) and np.abs(offset).max() > 0.09
+    assert np.all((env.robot.joint_pos >= low - 1e-6) & (env.robot.joint_pos <= high + 1e-6))
+    np.testing.assert_array_equal(qvel, 0.0)
 
 
 def test_commands_stand_turn_in_place_walk_straight_or_walk_in_their_shares():
@@ -132,9 +177,9 @@ def test_commands_stand_turn_in_place_walk_straight_or_walk_in_their_shares():
     env = fuselab_envs.make(
         "g1_walk_flat",
         num_envs=4000,
-        **{f"commands.{kind}_fraction": share for kind, share in shares.items()},
+        **{f"commands.velocity.params.{kind}_fraction": share for kind, share in shares.items()},
     )
-    c = env.command
+    c = env.commands["velocity"].command
     planar, yaw = np.any(c[:, :2] != 0.0, axis=1), c[:, 2] != 0.0
     kinds = {
         "standing": ~planar & ~yaw,
@@ -157,30 +202,30 @@ def test_heading_commands_steer_the_yaw_rate_to_the_heading_every_step():
         "g1_walk_flat",
         num_envs=400,
         **{
-            "commands.heading_fraction": 0.5,
-            "commands.heading_stiffness": stiffness,
-            "commands.turning_fraction": 0.0,
-            "commands.straight_fraction": 0.0,
+            "commands.velocity.params.heading_fraction": 0.5,
+            "commands.velocity.params.heading_stiffness": stiffness,
+            "commands.velocity.params.turning_fraction": 0.0,
+            "commands.velocity.params.straight_fraction": 0.0,
         },
     )
-    walking = np.any(env.command[:, :2] != 0.0, axis=1)
-    assert not env.steering[~walking].any()  # standing commands stay zero
-    assert abs(env.steering[walking].mean() - 0.5) < 0.1
+    velocity = env.commands["velocity"]
+    command, steering = velocity.command, velocity.steering
+    walking = np.any(command[:, :2] != 0.0, axis=1)
+    assert not steering[~walking].any()  # standing commands stay zero
+    assert abs(steering[walking].mean() - 0.5) < 0.1
 
     def steered_yaw_rate():
         yaw = np_yaw(env.robot.qpos[:, 3:7].astype(np.float64))
-        error = np.mod(env.heading_target - yaw + np.pi, 2 * np.pi) - np.pi
+        error = np.mod(velocity.heading_target - yaw + np.pi, 2 * np.pi) - np.pi
         return np.clip(stiffness * error, -1.0, 1.0)
 
     rng = np.random.default_rng(3)
-    held = env.command[~env.steering, 2].copy()
+    held = command[~steering, 2].copy()
     for _ in range(3):  # after the reset, and after steps (the robots turn as they fall)
-        np.testing.assert_allclose(
-            env.command[env.steering, 2], steered_yaw_rate()[env.steering], atol=1e-5
-        )
+        np.testing.assert_allclose(command[steering, 2], steered_yaw_rate()[steering], atol=1e-5)
         env.step(rng.uniform(-1, 1, (400, 29)).astype(np.float32))
-    np.testing.assert_array_equal(env.command[~env.steering, 2], held)  # the others hold
-    saturated = np.abs(env.command[env.steering, 2]) == 1.0
+    np.testing.assert_array_equal(command[~steering, 2], held)  # the others hold
+    saturated = np.abs(command[steering, 2]) == 1.0
     assert 0.1 < saturated.mean() < 0.9  # heading errors past 2 rad ask the range's end
 
 
@@ -214,21 +259,49 @@ def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
     ("override", "message"),
     [
         (
-            "commands.standing_fraction=2",
-            r"commands\.standing_fraction: expected >= 0 and <= 1, got 2",
-        ),
-        ("commands.resample_s=0", r"commands\.resample_s: expected > 0, got 0"),
-        (
-            "commands.turning_fraction=0.95",
-            r"commands\.standing_fraction \+ commands\.turning_fraction \+ "
-            r"commands\.straight_fraction: expected <= 1, got 0\.1 \+ 0\.95 \+ 0\.2",
+            "commands.velocity.params.standing_fraction=2",
+            r"commands\.velocity\.params\.standing_fraction: expected >= 0 and <= 1, got 2",
         ),
         (
-            "commands.lin_vel_x=[1,-1]",
-            r"commands\.lin_vel_x: expected \[low, high\], numbers with low <= high",
+            "commands.velocity.params.resample_s=0",
+            r"commands\.velocity\.params\.resample_s: expected > 0, got 0",
         ),
-        ("events.push_interval_s=-1", r"events\.push_interval_s: expected > 0 or null, got -1"),
-        ("events.joint_noise_rad=-0.1", r"events\.joint_noise_rad: expected >= 0, got -0\.1"),
+        (
+            "commands.velocity.params.lin_vel_x=[1,-1]",
+            r"commands\.velocity\.params\.lin_vel_x: expected \[low, high\], numbers with low <= high",
+        ),
+        (
+            "+commands.velocity.params.speed=1",
+            r"commands\.velocity\.params: unknown parameter 'speed'",
+        ),
+        (
+            "commands.velocity.term=uniform_velocty",
+            r"commands\.velocity\.term: unknown command 'uniform_velocty'; did you mean "
+            r"'uniform_velocity'",
+        ),
+        (
+            PUSH.replace("[0.1, 0.1]", "[-1, 1]"),
+            r"events\.push\.interval_s: expected \[low, high\], numbers with low <= high, each >= 0",
+        ),
+        (
+            PUSH.replace("mode: interval", "mode: startup"),
+            r"events\.push\.mode: expected one of interval, reset, got 'startup'",
+        ),
+        (
+            "events.reset_joints.params.position_rad=[0.1,-0.1]",
+            r"events\.reset_joints\.params\.position_rad: expected \[low, high\], numbers with "
+            r"low <= high",
+        ),
+        (
+            "+actions.joint_pos.params.clip=0",
+            r"actions\.joint_pos\.params\.clip: expected > 0",
+        ),
+        (
+            "events.action_delay.params.steps=[0,1.5]",
+            r"events\.action_delay\.params\.steps: expected \[low, high\], ints with low <= high, "
+            r"each >= 0",
+        ),
+        ("robot.name=h1", r"robot\.name: unknown robot 'h1'"),
         ("env.decimation=0", r"env\.decimation: expected >= 1, got 0"),
         (
             "env.episode_length_s=abc",
@@ -241,12 +314,49 @@ def test_a_task_value_out_of_its_range_is_named_before_anything_is_built(
 ):
     from fuselab_envs import registry
 
-    def no_backend(cfg):
+    def no_backend(*args, **kwargs):
         raise AssertionError("a backend was built for a config that fails")
 
     monkeypatch.setattr(registry, "make_backend", no_backend)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, KeyError), match=message):
         registry.make_env(fuselab_envs.compose("g1_walk_flat", [override]))
+
+
+def test_a_value_checked_against_the_model_or_its_neighbours_is_named_and_the_backend_closed(
+    monkeypatch,
+):
+    from fuselab_envs import registry
+
+    closed, make_backend = [], registry.make_backend
+
+    def closing_backend(*args, **kwargs):
+        backend = make_backend(*args, **kwargs)
+        close = backend.close
+        backend.close = lambda: (closed.append(True), close())
+        return backend
+
+    monkeypatch.setattr(registry, "make_backend", closing_backend)
+    bad = [
+        (
+            "commands.velocity.params.turning_fraction=0.95",
+            r"commands\.velocity\.params\.standing_fraction \+ "
+            r"commands\.velocity\.params\.turning_fraction \+ "
+            r"commands\.velocity\.params\.straight_fraction: expected <= 1, got 0\.1 \+ 0\.95 \+ 0\.2",
+        ),
+        (
+            "+events.reset_joints.params.joints='.*_knee_jont'",
+            r"events\.reset_joints\.params\.joints: '\.\*_knee_jont' matches none of the model's "
+            r"joints",
+        ),
+        (
+            "entity.bodies=[pelvis,torso]",
+            r"body 'torso' is not in the model; did you mean 'torso_link'",
+        ),
+    ]
+    for override, message in bad:
+        with pytest.raises((ValueError, KeyError), match=message):
+            registry.make_env(fuselab_envs.compose("g1_walk_flat", [override, "num_envs=2"]))
+    assert len(closed) == len(bad)
 
 
 @pytest.mark.parametrize(
@@ -255,7 +365,7 @@ def test_a_task_value_out_of_its_range_is_named_before_anything_is_built(
         (
             '"left_knee_joint"',
             '"left_knee_jnt"',
-            r"robot: G1WalkFlat needs the G1's joints by name; the model has no joint "
+            r"robot: g1_walk_flat needs the G1's joints by name; the model has no joint "
             r"'left_knee_joint'; did you mean 'left_knee_jnt'\? \(1 of 29 missing",
         ),
         (

@@ -92,6 +92,10 @@ class FakeEnv:
         self.rng.bit_generator.state = state["rng"]
         self._observe()
 
+    def close(self) -> None:
+        """Release the backend, as FusedEnv.close does."""
+        self.backend.close()
+
     def _close_backend(self) -> None:
         self.backend_closed = True
 

@@ -19,6 +19,7 @@ from fuselab_rl.evaluate import (
     COMMAND_KINDS,
     TrackingErrors,
     VelocityErrors,
+    eval_config,
     evaluate,
     evaluate_policy,
     format_report,
@@ -81,12 +82,13 @@ def test_walk_commands_give_every_kind_its_axis_within_the_training_ranges():
 
 def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
     env = fuselab_envs.make("g1_motion_tracking", num_envs=2, num_threads=1)
+    motion = env.commands["motion"]
     frames = np.array([40, 200], np.int32)
-    qpos, qvel = env.reference_state(frames)
+    qpos, qvel = motion.reference_state(frames)
     env.write_state(np.arange(2), qpos, qvel)
     env.robot.update()
-    env.motion_frame[:] = frames + 1  # after a step: the frame it was scored on is behind
-    errors = TrackingErrors(env, ["left_ankle_roll_link", "right_wrist_yaw_link"])
+    motion.motion_frame[:] = frames + 1  # after a step: the frame it was scored on is behind
+    errors = TrackingErrors(motion, ["left_ankle_roll_link", "right_wrist_yaw_link"])
     errors.add(env, np.arange(2))
     on_clip = errors.summary()
     assert all(type(value) is float for value in on_clip.values())  # what json.dumps takes
@@ -94,11 +96,11 @@ def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
         assert on_clip[key] < 1.0, key  # float32 forward kinematics of the clip's own bodies
     assert on_clip["joint_pos_rad"] < 1e-5 and on_clip["joint_vel_radps"] < 1e-4
 
-    qpos, qvel = env.reference_state(frames)
+    qpos, qvel = motion.reference_state(frames)
     qpos[:, 0] += 0.1
     env.write_state(np.arange(2), qpos, qvel)
     env.robot.update()
-    shifted = TrackingErrors(env, ["left_ankle_roll_link", "right_wrist_yaw_link"])
+    shifted = TrackingErrors(motion, ["left_ankle_roll_link", "right_wrist_yaw_link"])
     shifted.add(env, np.arange(2))
     result = shifted.summary()
     assert result["mpkpe_mm"] == pytest.approx(100.0, abs=1.0)
@@ -106,9 +108,34 @@ def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
     assert result["root_relative_mpkpe_mm"] < 1.0 and result["joint_pos_rad"] < 1e-5
 
 
+def test_the_eval_config_keeps_the_nominal_robot_or_the_training_events_and_adds_pushes():
+    from fuselab_env_core.events import EVENTS
+
+    cfg = fuselab_envs.compose("g1_walk_flat")
+    table = {name: spec for name, spec in cfg.events.items() if spec is not None}
+    sets_state = [n for n, spec in table.items() if EVENTS.get(spec.term, n).state_inputs]
+    assert sets_state and len(sets_state) < len(table)  # the task also randomizes the robot
+    before = OmegaConf.to_yaml(cfg)
+    nominal = eval_config(cfg, num_envs=6, seed=2)
+    assert OmegaConf.to_yaml(cfg) == before  # a copy is edited
+    assert (nominal.num_envs, nominal.backend, nominal.seed) == (6, "mujoco", 2)
+    assert list(nominal.events) == sets_state  # the reset state only: the nominal robot
+    assert list(eval_config(cfg, num_envs=6, seed=2, events="train").events) == list(table)
+    untrained = fuselab_envs.compose("g1_walk_flat", ["env.randomize=false"])
+    assert list(eval_config(untrained, 6, 2, events="train").events) == sets_state
+    pushed = eval_config(cfg, num_envs=6, seed=2, push=0.5)
+    push = pushed.events.eval_push
+    assert list(pushed.events) == [*sets_state, "eval_push"]
+    assert (push.term, push.mode) == ("push_by_setting_velocity", "interval")
+    assert push.params.lin_vel_x_mps == push.params.lin_vel_y_mps == [-0.5, 0.5]
+    env = fuselab_envs.registry.make_env(pushed)  # a table the env takes
+    assert [e.entry for e in env.events.events] == [*sets_state, "eval_push"]
+    env.backend.close()
+
+
 @pytest.fixture(scope="module")
 def walk_run(tmp_path_factory):
-    """One PPO iteration of G1WalkFlat on 4 envs: a real checkpoint to evaluate."""
+    """One PPO iteration of g1_walk_flat on 4 envs: a real checkpoint to evaluate."""
     run_dir = tmp_path_factory.mktemp("walk_run")
     cfg = compose_config(
         [
@@ -154,15 +181,22 @@ def test_any_policy_on_a_composed_config_is_measured_like_a_checkpoint(walk_run)
     saved = evaluate_policy(checkpoint["config"], policy, num_envs=10, seconds=0.2)
     assert composed == saved
     assert saved["metrics"] == evaluate(walk_run, num_envs=10, seconds=0.2)["metrics"]
-    with pytest.raises(ValueError, match="task_name: fuselab-eval measures g1_walk_flat"):
-        evaluate_policy({**checkpoint["config"], "task_name": "cartpole"}, policy)
+    cartpole = OmegaConf.to_container(fuselab_envs.compose("cartpole"), resolve=True)
+    with pytest.raises(
+        ValueError,
+        match="task_name: fuselab-eval measures tasks with a uniform_velocity or motion "
+        "command; 'cartpole' has none",
+    ):
+        evaluate_policy(cartpole, policy)
 
 
 def test_a_run_that_steered_to_headings_is_measured_on_held_yaw_rates(walk_run):
     checkpoint = load_checkpoint(walk_run, field="run")
     policy = load_policy(checkpoint, "run")
     config = checkpoint["config"]
-    steering = {**config, "commands": {**config["commands"], "heading_fraction": 1.0}}
+    velocity = config["commands"]["velocity"]
+    steering_velocity = {**velocity, "params": {**velocity["params"], "heading_fraction": 1.0}}
+    steering = {**config, "commands": {**config["commands"], "velocity": steering_velocity}}
     held = evaluate_policy(config, policy, num_envs=10, seconds=0.2)
     assert evaluate_policy(steering, policy, num_envs=10, seconds=0.2) == held
 
@@ -187,9 +221,15 @@ def test_bad_input_is_named(monkeypatch, tmp_path):
     with create_training_handle(cfg) as handle:
         handle.train(1)
     with pytest.raises(
-        ValueError, match="is a cartpole policy; fuselab-eval measures g1_walk_flat, g1_motion"
+        ValueError,
+        match="is a cartpole policy; task_name: fuselab-eval measures tasks with a "
+        "uniform_velocity or motion command",
     ):
         evaluate(cartpole_dir)
+    with pytest.raises(ValueError, match="events: expected one of nominal, train, got 'often'"):
+        evaluate(cartpole_dir, events="often")
+    with pytest.raises(ValueError, match=r"push: expected a speed >= 0 \(m/s\) or null, got -1"):
+        evaluate(cartpole_dir, push=-1)
 
 
 def test_the_command_reports_a_missing_run_in_one_line(tmp_path):

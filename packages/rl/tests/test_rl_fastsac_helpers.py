@@ -41,7 +41,7 @@ def random_policy_return(cfg: DictConfig, steps: int = 400, seed: int = 1) -> fl
     rng = np.random.default_rng(seed)
     returns, counts = 0.0, 0
     for _ in range(steps):
-        actions = rng.uniform(-1, 1, (env.num_envs, env.backend.model.nu)).astype(np.float32)
+        actions = rng.uniform(-1, 1, (env.num_envs, env.action_dim)).astype(np.float32)
         result = env.step(actions)
         done = result.info["reset_envs"].size
         if done:

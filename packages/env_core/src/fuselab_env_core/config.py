@@ -36,6 +36,10 @@ class ObservationCfg(TermCfg):
     noise_std: float = 0.0
     """Std of the uniform noise the kernel adds to this term in a noisy group (a runtime slot).
     Only terms with noise_std > 0 are noisy: which terms are noisy is in the plan key."""
+    history: int | None = None
+    """Frames of this term the policy sees, oldest first (None: the group's, else 1)."""
+    delay: int | None = None
+    """Control steps by which those frames are late (None: the group's, else 0)."""
 
 
 @dataclass
@@ -44,6 +48,11 @@ class ObservationGroupCfg:
     noise: bool = False
     """In a noisy group the kernel adds noise to each term with noise_std > 0 (fuselab_env_core
     .noise: one draw per env step, a pure function of the env's seed, the step, row and column)."""
+    history: int | None = None
+    """Frames of every term that does not set its own (term-major: each term's frames side by
+    side, oldest first; a new episode's frames all hold its first observation)."""
+    delay: int | None = None
+    """Control steps every term that does not set its own is late by."""
 
 
 @dataclass
@@ -79,7 +88,8 @@ def _check_keys(where: str, data: Any, cls: type) -> None:
 def _entries(section: str, data: Mapping[str, Any] | None, cls: type) -> dict:
     entries = {}
     for name, spec in (data or {}).items():
-        spec = {} if spec is None else spec
+        if spec is None:  # an entry set to null is off (a variant removing a term)
+            continue
         _check_keys(f"{section}.{name}", spec, cls)
         entries[name] = cls(**{**spec, "params": dict(spec.get("params") or {})})
     return entries
@@ -90,4 +100,6 @@ def _group(where: str, spec: Mapping[str, Any]) -> ObservationGroupCfg:
     return ObservationGroupCfg(
         terms=_entries(f"{where}.terms", spec.get("terms"), ObservationCfg),
         noise=bool(spec.get("noise", False)),
+        history=spec.get("history"),
+        delay=spec.get("delay"),
     )

@@ -3,7 +3,11 @@
 Binding (the cold path) resolves names to the backend's ids and fails with the names the model
 has; :meth:`Entity.update` (the hot path) fills preallocated buffers with one fused body copy,
 one joint copy (with a finiteness flag per row) and, for the bodies named in
-``contact_body_names``, one contact force copy, which terms then read as state buffers.
+``contact_body_names``, one contact force copy, which terms then read as state buffers. Two
+reads are made only when asked for (a task whose terms read them): the actuator forces of the
+last substep (``actuator_force``) and the joint accelerations over the last control step
+(``joint_acc``, the change of the joint velocities divided by ``joint_acc_dt``; zero in a row
+whose state was just written).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ class Entity:
         body_names: Sequence[str],
         joint_names: Sequence[str] | None = None,
         contact_body_names: Sequence[str] = (),
+        *,
+        actuator_forces: bool = False,
+        joint_acc_dt: float | None = None,
     ):
         facts = backend.model
         self.backend = backend
@@ -49,6 +56,9 @@ class Entity:
         self.qvel = np.zeros((n, facts.nv), np.float32)
         # Rows whose generalized state is finite (a diverged simulation reads inf or NaN).
         self.state_finite = np.ones(n, np.bool_)
+        self.actuator_force = np.zeros((n, facts.nu if actuator_forces else 0), np.float32)
+        self.joint_acc = np.zeros((n, j if joint_acc_dt else 0), np.float32)
+        self._acc_scale = 1.0 / joint_acc_dt if joint_acc_dt else 0.0
         self._qpos_columns = facts.joint_qpos_adr[self.joint_ids]
         self._qvel_columns = facts.joint_qvel_adr[self.joint_ids]
         self._all_rows = np.arange(n)
@@ -68,6 +78,8 @@ class Entity:
         )
         if self.contact_body_names:
             backend.copy_contact_forces(self.contact_body_ids, self.contact_force_w, *rows)
+        if self.actuator_force.shape[1]:
+            backend.copy_actuator_forces(self.actuator_force, *rows)
         backend.copy_qpos_qvel(self.qpos, self.qvel, *rows)
         _joint_state(
             self._all_rows if env_ids is None else env_ids,
@@ -78,7 +90,21 @@ class Entity:
             self.joint_pos,
             self.joint_vel,
             self.state_finite,
+            self.joint_acc,
+            self._acc_scale if env_ids is None else 0.0,  # a written row: no acceleration
         )
+
+    def joint_columns(self, joint_ids: np.ndarray) -> np.ndarray:
+        """The columns of ``joint_pos`` / ``joint_vel`` that hold the model's joints
+        ``joint_ids``; a joint the entity does not read is an error naming it."""
+        column = {int(j): k for k, j in enumerate(self.joint_ids)}
+        missing = [int(j) for j in joint_ids if int(j) not in column]
+        if missing:
+            names = [self.backend.model.joint_names[j] for j in missing]
+            raise KeyError(
+                f"joints {names}: not read by this entity ({', '.join(self.joint_names)})"
+            )
+        return np.array([column[int(j)] for j in joint_ids], np.int64)
 
     def state(self) -> dict[str, np.ndarray]:
         """The buffers by the names terms use for them (``contact_force_w`` only when the entity
@@ -93,6 +119,10 @@ class Entity:
         }
         if self.contact_body_names:
             state["contact_force_w"] = self.contact_force_w
+        if self.actuator_force.shape[1]:
+            state["actuator_force"] = self.actuator_force
+        if self.joint_acc.shape[1]:
+            state["joint_acc"] = self.joint_acc
         return state
 
 
@@ -112,15 +142,22 @@ def _resolve(kind: str, names: Sequence[str], model_names: Sequence[str]) -> np.
 
 
 @numba.njit(parallel=True, cache=True)
-def _joint_state(rows, qpos, qvel, qpos_columns, qvel_columns, joint_pos, joint_vel, finite):
-    """For each row in ``rows``: the joint columns of ``qpos`` / ``qvel``, and whether the
-    row's whole state is finite (its float64 sum is: a float32 row cannot overflow it)."""
+def _joint_state(
+    rows, qpos, qvel, qpos_columns, qvel_columns, joint_pos, joint_vel, finite, joint_acc, acc_scale
+):
+    """For each row in ``rows``: the joint columns of ``qpos`` / ``qvel``, whether the row's
+    whole state is finite (its float64 sum is: a float32 row cannot overflow it) and, when
+    ``joint_acc`` has columns, the velocity change times ``acc_scale``."""
+    with_acc = joint_acc.shape[1] > 0
     for k in numba.prange(rows.shape[0]):
         i = rows[k]
         for j in range(qpos_columns.shape[0]):
             joint_pos[i, j] = qpos[i, qpos_columns[j]]
         for j in range(qvel_columns.shape[0]):
-            joint_vel[i, j] = qvel[i, qvel_columns[j]]
+            velocity = qvel[i, qvel_columns[j]]
+            if with_acc:
+                joint_acc[i, j] = (velocity - joint_vel[i, j]) * acc_scale
+            joint_vel[i, j] = velocity
         row_sum = 0.0
         for j in range(qpos.shape[1]):
             row_sum += qpos[i, j]

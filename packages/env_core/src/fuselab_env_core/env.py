@@ -13,12 +13,13 @@ so a row's observation never depends on what other rows do in the step: it alway
 state after advance (the next command, the next reference frame), whether or not another row
 reset. Two full kernel passes a step (score, observe) plus the done rows' terminal pass.
 
-A task subclasses it for what is task-specific: the reset state (:meth:`reset_state`), and
-optionally commands or a motion reference (:meth:`advance`, :meth:`on_reset`); it sets what
-those hooks need before calling ``FusedEnv.__init__``, which resets every env. Its named task
-arrays (default pose, joint limits, a clip's frames) go to ``arrays``: terms read them by name.
-Everything per env runs in the backend and the fused kernels; the Python here touches whole
-arrays only.
+What is task-specific outside the kernel is configuration, built into components the env
+calls at fixed points: the action mapping (:mod:`fuselab_env_core.actions`: actions ->
+controls), the command generators (:mod:`fuselab_env_core.commands`: per-env targets terms read)
+and the events (:mod:`fuselab_env_core.events`: startup, reset and interval). A reset builds each
+row's state from the robot's initial state, then the reset events, then the commands (a motion
+reference may replace it), and writes it once. Everything per env runs in the backend, the
+fused kernels and those components' whole-array code; the Python here touches whole arrays only.
 """
 
 from __future__ import annotations
@@ -33,11 +34,15 @@ from typing import Any
 import numba
 import numpy as np
 
+from fuselab_env_core.actions import JointAction
 from fuselab_env_core.backend import SimBackend
+from fuselab_env_core.commands import Command
 from fuselab_env_core.config import TaskTermsCfg
 from fuselab_env_core.entity import Entity
+from fuselab_env_core.events import EventManager
 from fuselab_env_core.ranges import PositiveFloat, PositiveInt, Section, check_value
 from fuselab_env_core.runtime import FusedTerms
+from fuselab_env_core.symmetry import Mirror, group_mirror
 from fuselab_env_core.terms import termination
 
 log = logging.getLogger(__name__)
@@ -60,6 +65,9 @@ class EnvCfg(Section):
 
     decimation: PositiveInt = 4  # physics steps per control step
     episode_length_s: PositiveFloat = 20.0
+    # False: the nominal task, only the events that set the reset state run (no randomized
+    # physics, sensors, delays or pushes)
+    randomize: bool = True
 
 
 @dataclass
@@ -82,35 +90,48 @@ class FusedEnv:
         robot: Entity,
         terms: TaskTermsCfg | Mapping[str, Any],
         *,
+        action: JointAction,
+        init_qpos: np.ndarray,
         decimation: int,
         episode_length_s: float,
-        default_controls: np.ndarray,
-        action_scale: np.ndarray,
-        extra_state: Mapping[str, np.ndarray] | None = None,
+        commands: Mapping[str, Command] | None = None,
+        events: EventManager | None = None,
         arrays: Mapping[str, np.ndarray] | None = None,
+        joint_mirror: Mirror | None = None,
         num_threads: int | None = None,
         seed: int = 0,
     ):
+        """``joint_mirror``: the robot's left-right mirror of its joints (permutation and sign,
+        in the model's joint order), which :meth:`observation_mirror` and
+        :meth:`action_mirror` build on; None: the robot has none."""
         started = time.perf_counter()
-        n, nu = backend.num_envs, backend.model.nu
+        facts, n = backend.model, backend.num_envs
         decimation = check_value("env.decimation", decimation, PositiveInt)
         episode_length_s = check_value("env.episode_length_s", episode_length_s, PositiveFloat)
-        self.backend, self.robot = backend, robot
+        self.backend, self.robot, self.action = backend, robot, action
+        self.commands = dict(commands or {})
+        self.events = events
+        self.joint_mirror = joint_mirror
         self.num_envs, self.decimation = n, decimation
-        self.step_dt = backend.model.physics_dt * decimation
-        self.default_controls = _vector("default_controls", default_controls, nu)
-        self.action_scale = _vector("action_scale", action_scale, nu)
+        self.step_dt = facts.physics_dt * decimation
+        self.init_qpos = _vector("init_qpos", init_qpos, facts.nq)
         self.rng = np.random.default_rng(seed)
+        self.all_envs = np.arange(n)
 
-        self.actions = np.zeros((n, nu), np.float32)
-        self.last_actions = np.zeros((n, nu), np.float32)
+        self.action_dim = action.action_dim
+        self.actions = np.zeros((n, self.action_dim), np.float32)
+        self.last_actions = np.zeros((n, self.action_dim), np.float32)
         self.episode_step = np.zeros(n, np.int32)
         self.max_episode_steps = np.full(n, math.ceil(episode_length_s / self.step_dt), np.int32)
-        self._controls = np.zeros((n, nu), np.float32)
+        # What the joint encoders add to the true joint positions (observations read it).
+        self.encoder_bias = np.zeros_like(robot.joint_pos)
+        self._controls = np.tile(action.controls0, (n, 1))
         self._finite = np.ones(n, np.bool_)  # rows whose actions were finite
         self._reward_finite = np.ones(n, np.bool_)  # rows whose reward did not overflow
         self._done = np.zeros(n, np.bool_)
         self._stale_rows = np.zeros(n, np.bool_)  # physics state written since the last copy
+        self._reset_qpos = np.zeros((n, facts.nq), np.float32)  # the reset rows' state
+        self._reset_qvel = np.zeros((n, facts.nv), np.float32)
         robot.update()
         state = {
             **robot.state(),
@@ -118,8 +139,13 @@ class FusedEnv:
             "last_actions": self.last_actions,
             "episode_step": self.episode_step,
             "max_episode_steps": self.max_episode_steps,
-            **(extra_state or {}),
+            "encoder_bias": self.encoder_bias,
         }
+        task_arrays = dict(arrays or {})
+        for generator in self.commands.values():
+            state.update(generator.state)
+            task_arrays.update(generator.arrays)
+        self.task_arrays = task_arrays
         # What body parameters of terms resolve against: the rows of the entity's buffers.
         self.name_tables = {
             "body_names": robot.body_names,
@@ -130,7 +156,7 @@ class FusedEnv:
             state,
             dt=self.step_dt,
             num_threads=num_threads,
-            arrays=arrays,
+            arrays=task_arrays,
             names=self.name_tables,
         )
         for call in self.terms.plan.terminations:
@@ -150,6 +176,8 @@ class FusedEnv:
         self._termination_rates = np.zeros(len(self.terms.plan.terminations), np.float64)
         self._no_rows = np.zeros(0, np.intp)
         self.terms.seed_noise(seed)
+        if events:
+            events.startup(self)
         self.reset_all()
         log.info(
             "env ready: %d envs, step %.3f s (decimation %d), %d steps per episode (%.1f ms)",
@@ -160,24 +188,41 @@ class FusedEnv:
             (time.perf_counter() - started) * 1e3,
         )
 
-    # -- task hooks ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the backend (its threads, device memory)."""
+        self.backend.close()
 
-    def reset_state(self, env_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(qpos, qvel) float32 for the envs being reset. Tasks override it."""
-        raise NotImplementedError
+    # -- symmetry ---------------------------------------------------------------------------------
 
-    def advance(self) -> None:
-        """After scoring, before resets: advance commands or a motion reference, fire events
-        (called every step; ``terminated`` and ``truncated`` hold this step's outcome, and a
-        task may truncate rows here)."""
+    def observation_mirror(self, group: str) -> Mirror:
+        """(permutation, sign) that mirror a row of observation group ``group`` left-right."""
+        perm, sign = self._joint_mirror()
+        columns = self.robot.joint_columns(self.robot.joint_ids)
+        entity = (columns[perm[self.robot.joint_ids]], sign[self.robot.joint_ids])
+        return group_mirror(self.terms.plan.observations[group], entity, self.name_tables)
 
-    def on_reset(self, env_ids: np.ndarray) -> None:
-        """After ``env_ids`` were reset in the backend, before their observations are built."""
+    def action_mirror(self) -> Mirror:
+        """(permutation, sign) that mirror a row of actions left-right."""
+        perm, sign = self._joint_mirror()
+        joints = self.action.joints
+        column = {int(j): k for k, j in enumerate(joints)}
+        images = [int(perm[j]) for j in joints]
+        if any(image not in column for image in images):
+            raise ValueError("symmetry: the actions drive a joint whose mirror image they do not")
+        return np.array([column[j] for j in images], np.int64), sign[joints].astype(np.float32)
+
+    def _joint_mirror(self) -> Mirror:
+        if self.joint_mirror is None:
+            raise ValueError("symmetry: this robot has no left-right joint mirror")
+        return self.joint_mirror
+
+    # -- state ------------------------------------------------------------------------------------
 
     def write_state(self, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray) -> None:
         """Set the physics state of ``env_ids`` (a push, a teleport onto a reference); the bound
-        body states of those rows are copied again before the step's observations. Tasks write
-        physics state only through here: a row written past it would keep its old copy."""
+        body states of those rows are copied again before the step's observations. Commands and
+        events write physics state only through here: a row written past it would keep its old
+        copy."""
         self.backend.reset_envs(env_ids, qpos, qvel)
         self._stale_rows[env_ids] = True
 
@@ -186,7 +231,7 @@ class FusedEnv:
     def reset_all(self) -> dict[str, np.ndarray]:
         self._reset(self.terms.all_rows)
         self._copy_bodies_if_stale()
-        self.terms.next_noise_draw()
+        self.terms.next_step()
         self.terms.observe()
         return self.terms.buffers.obs
 
@@ -196,11 +241,11 @@ class FusedEnv:
         self.robot.update()
         self._stale_rows.fill(False)  # every row is fresh
         self.episode_step += 1
-        self.terms.next_noise_draw()  # one draw for the step's observations, terminal ones too
+        self.terms.next_step()  # one draw for the step's observations, terminal ones too
         self.terms.score()
         self._outcome()
         info = self._statistics()
-        self.advance()
+        self._advance()
         np.logical_or(self.terminated, self.truncated, out=self._done)
         done = np.flatnonzero(self._done)
         if done.size:
@@ -222,23 +267,26 @@ class FusedEnv:
     # -- internals -------------------------------------------------------------------------------
 
     def _apply(self, actions: np.ndarray) -> None:
-        if not isinstance(actions, np.ndarray) or actions.shape != self.actions.shape:
+        if not isinstance(actions, np.ndarray):
+            raise TypeError(
+                f"actions: expected a numpy array of shape {self.actions.shape}, got "
+                f"{type(actions).__name__}"
+            )
+        if actions.shape != self.actions.shape:
             raise ValueError(
-                f"actions: expected an array of shape {self.actions.shape}, got "
-                f"{getattr(actions, 'shape', type(actions).__name__)}"
+                f"actions: expected an array of shape {self.actions.shape}, got {actions.shape}"
             )
         if not np.can_cast(actions.dtype, np.float32, "same_kind"):
             raise ValueError(f"actions: expected a float or int array, got {actions.dtype}")
-        _take_actions(
-            actions,
-            self.actions,
-            self.last_actions,
-            self.action_scale,
-            self.default_controls,
-            self._controls,
-            self._finite,
-        )
+        self.action.apply(actions, self.actions, self.last_actions, self._controls, self._finite)
         self.backend.set_controls(self._controls)
+
+    def _advance(self) -> None:
+        """After scoring, before resets: the commands, then the interval events."""
+        for generator in self.commands.values():
+            generator.advance(self)
+        if self.events:
+            self.events.advance(self)
 
     def _outcome(self) -> None:
         """The step's reward, failures and time-outs from the scored kernel outputs; rows with
@@ -288,14 +336,23 @@ class FusedEnv:
         self._stale_rows.fill(False)
 
     def _reset(self, env_ids: np.ndarray) -> None:
-        qpos, qvel = self.reset_state(env_ids)
+        """New episodes: the rows' state from the initial state, the reset events and the
+        commands, written once; their actions, step counts and persistent terms start over."""
+        k = len(env_ids)
+        qpos, qvel = self._reset_qpos[:k], self._reset_qvel[:k]
+        qpos[:] = self.init_qpos
+        qvel[:] = 0.0
+        if self.events:
+            self.events.reset(self, env_ids, qpos, qvel)
+        for generator in self.commands.values():
+            generator.reset(self, env_ids, qpos, qvel)
         self.write_state(env_ids, qpos, qvel)
         self.actions[env_ids] = 0.0
         self.last_actions[env_ids] = 0.0
+        self.action.reset(env_ids)
         self.episode_step[env_ids] = 0
         self.episode_return[env_ids] = 0.0
         self.terms.reset_rows(env_ids)
-        self.on_reset(env_ids)
 
     def _statistics(self) -> dict[str, Any]:
         b, plan = self.terms.buffers, self.terms.plan
@@ -329,28 +386,8 @@ def _column_means(values, out):
     out /= values.shape[0]
 
 
-@numba.njit(parallel=True, cache=True)
-def _take_actions(given, actions, last_actions, scale, offset, controls, finite):
-    """One pass over rows: ``last_actions`` <- ``actions`` <- ``given`` (as float32), and the
-    controls ``offset + scale * actions``. A row with a non-finite action (overflowed float32
-    included) holds still this step: its actions are zeros and ``finite[i]`` is False."""
-    for i in numba.prange(actions.shape[0]):
-        row_sum = 0.0
-        for j in range(actions.shape[1]):
-            last_actions[i, j] = actions[i, j]
-            actions[i, j] = given[i, j]
-            row_sum += actions[i, j]
-        finite[i] = math.isfinite(row_sum)  # a float64 sum of float32s overflows never
-        if not finite[i]:
-            actions[i, :] = 0.0
-        for j in range(actions.shape[1]):
-            controls[i, j] = offset[j] + scale[j] * actions[i, j]
-
-
 def _vector(name: str, values: Any, size: int) -> np.ndarray:
     array = np.asarray(values, dtype=np.float32)
     if array.shape != (size,) or not np.isfinite(array).all():
-        raise ValueError(
-            f"{name}: expected {size} finite values (one per actuator), got {array.shape}"
-        )
+        raise ValueError(f"{name}: expected {size} finite values, got {array.shape}")
     return array

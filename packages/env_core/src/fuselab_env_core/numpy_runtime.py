@@ -54,14 +54,15 @@ class NumpyTerms:
 
     def observe(self, rows: np.ndarray | None = None) -> None:
         """The fused ``observe`` kernel's work: the observed preamble, then the observations
-        (computed for every env, written to ``rows`` only)."""
+        (computed for every env, written to ``rows`` only) into each group's fresh row; the
+        history pass is not repeated here (it is tested against its own twin)."""
         b = self.buffers
         rows = slice(None) if rows is None else rows
         for call in self.plan.observed_preamble():
             self._run(call)
         envs, noise_columns = np.arange(self.num_envs), self.plan.noise_columns()
         for group in self.plan.observations.values():
-            out = np.zeros_like(b.obs[group.name])
+            out = np.zeros_like(b.fresh[group.name])
             for call in group.terms:
                 out[:, call.col : call.col + call.size] = self._checked(
                     call, self._run(call), (call.size,)
@@ -71,9 +72,9 @@ class NumpyTerms:
                 noise = uniform_noise(b.noise_key, envs, np.arange(start, start + call.size))
                 half_width = b.scalars[call.noise_slot] * UNIFORM_STD_TO_HALF_WIDTH
                 out[:, call.col : call.col + call.size] += half_width * noise
-            b.obs[group.name][rows] = out[rows]
+            b.fresh[group.name][rows] = out[rows]
         magnitude = np.zeros(self.num_envs)  # a plan may have no observations
-        for obs in b.obs.values():
+        for obs in b.fresh.values():
             magnitude += np.abs(obs.astype(np.float64)).sum(axis=1)
         b.obs_finite[rows] = (magnitude <= np.finfo(np.float32).max)[rows]
 

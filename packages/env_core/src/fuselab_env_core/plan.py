@@ -21,7 +21,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from fuselab_env_core.config import ObservationCfg, RewardCfg, TaskTermsCfg, TerminationCfg
+from fuselab_env_core.config import (
+    ObservationCfg,
+    ObservationGroupCfg,
+    RewardCfg,
+    TaskTermsCfg,
+    TerminationCfg,
+)
 from fuselab_env_core.ranges import Range
 from fuselab_env_core.terms import (
     NAME_TYPES,
@@ -88,6 +94,8 @@ class TermCall:
     col: int = 0
     size: int = 0
     noise_slot: int | None = None  # observations in a noisy group: the runtime slot of its std
+    history: int = 1  # observations: frames the policy sees (oldest first)
+    delay: int = 0  # observations: control steps those frames are late by
 
     @property
     def label(self) -> str:
@@ -96,13 +104,40 @@ class TermCall:
 
 @dataclass(frozen=True)
 class ObservationGroup:
+    """A group's terms: the kernel writes each term's current value at ``col`` of a row of
+    ``width`` columns; the group's output holds ``history`` frames of each term, ``delay``
+    steps late, term-major (each term's frames side by side, oldest first)."""
+
     name: str
     width: int
     noise: bool
     terms: tuple[TermCall, ...]
 
     def slices(self) -> dict[str, slice]:
-        return {t.entry: slice(t.col, t.col + t.size) for t in self.terms}
+        """Each term's columns in the group's output."""
+        starts = self.output_columns()
+        return {
+            t.entry: slice(starts[t.entry], starts[t.entry] + t.size * t.history)
+            for t in self.terms
+        }
+
+    def output_columns(self) -> dict[str, int]:
+        """Where each term's frames start in the group's output."""
+        starts, col = {}, 0
+        for t in self.terms:
+            starts[t.entry] = col
+            col += t.size * t.history
+        return starts
+
+    @property
+    def output_width(self) -> int:
+        return sum(t.size * t.history for t in self.terms)
+
+    @property
+    def remembers(self) -> bool:
+        """Whether the output keeps past frames (history or delay): then it is not the row
+        the kernel writes."""
+        return any(t.history > 1 or t.delay > 0 for t in self.terms)
 
     def noisy_terms(self) -> tuple[TermCall, ...]:
         """Terms the kernel adds noise to: whether a term is noisy is structure, its std is a
@@ -110,11 +145,12 @@ class ObservationGroup:
         return tuple(t for t in self.terms if t.noise_slot is not None)
 
     def column_noise_std(self, scalars: np.ndarray) -> np.ndarray:
-        """The std of the noise on each observation column (0 on clean columns), from the
-        runtime scalar buffer ``scalars``."""
-        std = np.zeros(self.width, np.float32)
+        """The std of the noise on each column of the group's output (0 on clean columns), from
+        the runtime scalar buffer ``scalars``."""
+        std = np.zeros(self.output_width, np.float32)
+        starts = self.output_columns()
         for t in self.noisy_terms():
-            std[t.col : t.col + t.size] = scalars[t.noise_slot]
+            std[starts[t.entry] : starts[t.entry] + t.size * t.history] = scalars[t.noise_slot]
         return std
 
 
@@ -245,7 +281,7 @@ class _Resolver:
                 raise PlanError(f"{where}.noise: expected true or false, got {gc.noise!r}")
             calls, col = [], 0
             for entry, oc in gc.terms.items():
-                call = self._observation(group, entry, oc, col, gc.noise)
+                call = self._observation(group, entry, oc, col, gc)
                 calls.append(call)
                 col += call.size
             plan.observations[group] = ObservationGroup(group, col, gc.noise, tuple(calls))
@@ -269,7 +305,7 @@ class _Resolver:
         return replace(call, time_out=tc.time_out)
 
     def _observation(
-        self, group: str, entry: str, oc: ObservationCfg, col: int, noisy_group: bool
+        self, group: str, entry: str, oc: ObservationCfg, col: int, gc: ObservationGroupCfg
     ) -> TermCall:
         section = f"observations.{group}"
         call = self._call(section, entry, oc, "observation")
@@ -286,10 +322,20 @@ class _Resolver:
         if noise_std < 0:
             raise PlanError(f"{section}.{entry}.noise_std: expected >= 0, got {noise_std}")
         noise_slot = None
-        if noisy_group and noise_std > 0:
+        if gc.noise and noise_std > 0:
             noise_slot = self._new_slot(f"{section}.{entry}.noise_std", noise_std)
             self.plan.slot_ranges[noise_slot] = Range(ge=0.0)
-        return replace(call, group=group, col=col, size=int(size), noise_slot=noise_slot)
+        history = _count(f"{section}.{entry}.history", _first(oc.history, gc.history, 1), 1)
+        delay = _count(f"{section}.{entry}.delay", _first(oc.delay, gc.delay, 0), 0)
+        return replace(
+            call,
+            group=group,
+            col=col,
+            size=int(size),
+            noise_slot=noise_slot,
+            history=history,
+            delay=delay,
+        )
 
     # -- one term --------------------------------------------------------------------------
 
@@ -449,6 +495,16 @@ class _Resolver:
             elif isinstance(binding, Data):
                 values[param.name] = self.plan.data[binding.index]
         return values
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def _count(field_name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise PlanError(f"{field_name}: expected an int >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def _float(field_name: str, value: Any) -> float:

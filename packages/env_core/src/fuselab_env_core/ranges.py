@@ -60,6 +60,9 @@ NonNegativeFloat = Annotated[float, Range(ge=0.0)]  # a threshold, a limit, a ma
 Fraction = Annotated[float, Range(ge=0.0, le=1.0)]  # a probability, a share
 PositiveInt = Annotated[int, Range(ge=1)]  # a count, a number of steps
 Interval = tuple[float, float]  # a sampling range [low, high]: low <= high
+ScaleInterval = Annotated[Interval, Range(gt=0.0)]  # a range of factors on a physical value
+NonNegativeInterval = Annotated[Interval, Range(ge=0.0)]  # a range of durations
+StepInterval = Annotated[tuple[int, int], Range(ge=0)]  # a range of control steps (a delay)
 LayerSizes = tuple[PositiveInt, ...]  # a network's hidden widths: a non-empty list
 
 
@@ -128,9 +131,17 @@ def _convert(value: Any, annotation: Any) -> tuple[Any, str | None]:
         element = typing.get_args(base)
         if len(element) == 2 and element[1] is Ellipsis:  # tuple[X, ...]: a list of X
             return _sequence(value, element[0])
-        if _is_pair(value):
-            return (float(value[0]), float(value[1])), None
-        return None, "[low, high], numbers with low <= high"
+        integers = element == (int, int)
+        if (
+            _is_pair(value)
+            and (not integers or all(float(v).is_integer() for v in value))
+            and (not isinstance(rule, Range) or (rule.accepts(value[0]) and rule.accepts(value[1])))
+        ):
+            kind = int if integers else float
+            return (kind(value[0]), kind(value[1])), None
+        bound = f", each {rule.describe()}" if isinstance(rule, Range) else ""
+        noun = "ints" if integers else "numbers"
+        return None, f"[low, high], {noun} with low <= high{bound}"
     if base is float and _is_number(value) and math.isfinite(value):
         value = float(value)
     elif base is int and _is_number(value) and float(value).is_integer():

@@ -21,6 +21,7 @@ import numpy as np
 from fuselab_env_core.codegen import KernelArg, kernel_args
 from fuselab_env_core.compiler import BuildReport, FusedKernels, compile_plan
 from fuselab_env_core.config import TaskTermsCfg
+from fuselab_env_core.history import ObservationMemory
 from fuselab_env_core.noise import stream_key
 from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
 
@@ -40,7 +41,14 @@ class TermBuffers:
         self.terminated = np.zeros(n, np.bool_)
         self.truncated = np.zeros(n, np.bool_)
         self.termination_terms = np.zeros((n, len(plan.terminations)), np.bool_)
-        self.obs = {g.name: np.zeros((n, g.width), np.float32) for g in plan.observations.values()}
+        groups = plan.observations.values()
+        # What the kernel writes (each term's current value) and what a group outputs: the same
+        # array unless the group keeps past frames (fuselab_env_core.history).
+        self.fresh = {g.name: np.zeros((n, g.width), np.float32) for g in groups}
+        self.obs = {
+            g.name: np.zeros((n, g.output_width), np.float32) if g.remembers else self.fresh[g.name]
+            for g in groups
+        }
         self.obs_finite = np.ones(n, np.bool_)  # rows whose observations are all finite
         self.noise_key = np.zeros(2, np.uint64)  # observation noise: (stream key, draw)
 
@@ -66,6 +74,16 @@ class FusedTerms:
         self.all_rows = np.arange(self.num_envs, dtype=np.intp)
         self._args = tuple(self._bind(arg) for arg in kernel_args(plan))
         self._reset_values = plan.reset_values()
+        self.memories = {
+            g.name: ObservationMemory(g, self.num_envs)
+            for g in plan.observations.values()
+            if g.remembers
+        }
+        if self.memories and "episode_step" not in self.state:
+            raise PlanError(
+                f"observations.{next(iter(self.memories))}: history and delay need the env's "
+                "'episode_step' state buffer (a new episode's frames are filled at step 0)"
+            )
 
     @classmethod
     def build(
@@ -120,9 +138,14 @@ class FusedTerms:
 
     def observe(self, rows: np.ndarray | None = None) -> None:
         """Observations (and the preamble terms they read) of the env ``rows`` (intp, default
-        every env), from the state as it is now; nothing persistent advances."""
+        every env), from the state as it is now; nothing persistent advances (the frame kept
+        for history is this step's, written again if a row is observed twice)."""
         self._use_thread_budget()
-        self.kernels.observe(self.all_rows if rows is None else rows, *self._args)
+        rows = self.all_rows if rows is None else rows
+        self.kernels.observe(rows, *self._args)
+        for name, memory in self.memories.items():
+            b = self.buffers
+            memory.update(rows, b.fresh[name], b.obs[name], self.state["episode_step"])
 
     def __call__(self) -> None:
         """Score, then observe, every env."""
@@ -161,10 +184,13 @@ class FusedTerms:
         """Start the observation noise stream of ``seed`` at its first draw."""
         self.buffers.noise_key[:] = (stream_key(seed), 0)
 
-    def next_noise_draw(self) -> None:
-        """Move the observation noise to its next draw: an env calls it once per step, before
-        scoring, so every observation of the step (terminal ones too) sees the same noise."""
+    def next_step(self) -> None:
+        """Move the observation noise to its next draw and the history to its next frame: an
+        env calls it once per step, before scoring, so every observation of the step (terminal
+        ones too) sees the same noise and fills the same frame."""
         self.buffers.noise_key[1] += np.uint64(1)
+        for memory in self.memories.values():
+            memory.next_step()
 
     def observation_noise_std(self, group: str) -> np.ndarray:
         """The std of the noise the kernel adds to each column of a group's observations (0 on
@@ -188,7 +214,7 @@ class FusedTerms:
             return _checked(f"state buffer {key!r}", self.state[key], arg, self.num_envs)
         if arg.source == "noise_key":
             return b.noise_key
-        sources = {"workspace": b.workspace, "obs": b.obs}
+        sources = {"workspace": b.workspace, "obs": b.fresh}
         if arg.source in sources:
             return sources[arg.source][key]
         return getattr(b, key)

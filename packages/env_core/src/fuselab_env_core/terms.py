@@ -110,6 +110,9 @@ class Term:
     outputs: Mapping[str, tuple[int, ...] | ShapeRule] = field(default_factory=dict)
     reset: Mapping[str, float] = field(default_factory=dict)  # persistent outputs: start values
     size: int | ShapeRule | None = None
+    # observations: how the term's values change when the robot is mirrored left-right
+    # (fuselab_env_core.symmetry.MIRRORS); None: not declared (no symmetric training)
+    mirror: str | None = None
     numpy_impl: Callable | None = field(default=None, compare=False)
     jit: Any = field(default=None, compare=False, repr=False)
 
@@ -266,9 +269,13 @@ def termination(name: str | None = None) -> Callable[[Callable], Term]:
     return _register("termination", name)
 
 
-def observation(size: int | ShapeRule, name: str | None = None) -> Callable[[Callable], Term]:
-    """Register an observation term writing ``size`` values at ``out[i, col:]``."""
-    return _register("observation", name, size=size)
+def observation(
+    size: int | ShapeRule, name: str | None = None, mirror: str | None = None
+) -> Callable[[Callable], Term]:
+    """Register an observation term writing ``size`` values at ``out[i, col:]``; ``mirror``
+    says how they change when the robot is mirrored left-right (see
+    :mod:`fuselab_env_core.symmetry`)."""
+    return _register("observation", name, size=size, mirror=mirror)
 
 
 def preamble(

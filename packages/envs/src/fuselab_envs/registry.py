@@ -8,117 +8,69 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
+import numpy as np
 from hydra import compose as hydra_compose
 from hydra import initialize_config_module
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
+import fuselab_envs.commands  # noqa: F401 - registers the command generators tasks name
+import fuselab_envs.terms.cartpole  # noqa: F401 - registers the terms tasks name
+import fuselab_envs.terms.common  # noqa: F401
+import fuselab_envs.terms.contacts  # noqa: F401
+import fuselab_envs.terms.tracking  # noqa: F401
+import fuselab_envs.terms.velocity  # noqa: F401
+from fuselab_env_core.actions import ACTIONS, CONSTRUCTOR_ARGS, build_action
 from fuselab_env_core.backend import SimBackend
-from fuselab_env_core.env import EnvCfg
-from fuselab_env_core.ranges import Section, build_section
-from fuselab_env_core.terms import did_you_mean
-from fuselab_envs.tasks.cartpole import Cartpole, CartpoleEnvCfg
-from fuselab_envs.tasks.g1_motion_tracking import (
-    G1MotionTracking,
-    MotionCfg,
-    ResetNoiseCfg,
-    SamplingCfg,
-)
-from fuselab_envs.tasks.g1_walk_flat import CommandCfg, EventCfg, G1WalkFlat
+from fuselab_env_core.commands import COMMANDS, CommandContext, build_commands
+from fuselab_env_core.entity import Entity
+from fuselab_env_core.env import EnvCfg, FusedEnv
+from fuselab_env_core.events import EventManager
+from fuselab_env_core.ranges import build_section
+from fuselab_env_core.registry import Signature, joint_values
+from fuselab_env_core.terms import did_you_mean, get_term
+from fuselab_envs.robots import Robot, joint_task_arrays, robot
 
 log = logging.getLogger(__name__)
 
 CONFIG_MODULE = "fuselab_envs.configs"
 BACKENDS = ("mujoco", "mjwarp", "motrix")
-Sections = Mapping[str, Any]  # a task's config sections, built (check_sections)
+TERM_SECTIONS = ("preamble", "rewards", "terminations", "observations")
 
-
-def _g1_walk_flat(cfg: DictConfig, sections: Sections, backend: SimBackend):
-    return G1WalkFlat(
-        backend,
-        _terms(cfg),
-        commands=sections["commands"],
-        events=sections["events"],
-        decimation=sections["env"].decimation,
-        episode_length_s=sections["env"].episode_length_s,
-        num_threads=cfg.num_threads,
-        seed=cfg.seed,
-    )
-
-
-def _g1_motion_tracking(cfg: DictConfig, sections: Sections, backend: SimBackend):
-    from fuselab_envs.motion import DEFAULT_MOTION_PATH, load_motion
-
-    facts, env, motion = backend.model, sections["env"], sections["motion"]
-    clip = load_motion(
-        Path(motion.file) if motion.file else DEFAULT_MOTION_PATH,
-        joint_names=facts.joint_names,
-        body_names=facts.body_names,
-        fps=1.0 / (facts.physics_dt * env.decimation),
-    )
-    return G1MotionTracking(
-        backend,
-        _terms(cfg),
-        clip,
-        sampling=sections["sampling"],
-        reset_noise=sections["reset_noise"],
-        clip_end=motion.clip_end,
-        decimation=env.decimation,
-        episode_length_s=env.episode_length_s,
-        num_threads=cfg.num_threads,
-        seed=cfg.seed,
-    )
-
-
-def _cartpole(cfg: DictConfig, sections: Sections, backend: SimBackend):
-    env = sections["env"]
-    return Cartpole(
-        backend,
-        _terms(cfg),
-        reset_noise=env.reset_noise,
-        decimation=env.decimation,
-        episode_length_s=env.episode_length_s,
-        num_threads=cfg.num_threads,
-        seed=cfg.seed,
-    )
-
-
-def _terms(cfg: DictConfig) -> dict:
-    sections = ("preamble", "rewards", "terminations", "observations")
-    return {s: OmegaConf.to_container(cfg[s], resolve=True) for s in sections if s in cfg}
-
-
-@dataclass(frozen=True)
-class Task:
-    build: Callable[[DictConfig, Sections, SimBackend], Any]
-    model: Callable[[], Path]  # the embedded MJCF the task runs on unless robot.mjcf names one
-    sections: tuple[type[Section], ...]  # the config sections it reads (see check_sections)
-
-
-def _g1_model() -> Path:
-    from fuselab_envs.g1 import G1_XML_PATH
-
-    return G1_XML_PATH
-
-
-def _cartpole_model() -> Path:
-    from fuselab_envs.cartpole import CARTPOLE_XML_PATH
-
-    return CARTPOLE_XML_PATH
-
-
-TASKS: dict[str, Task] = {
-    "g1_walk_flat": Task(_g1_walk_flat, _g1_model, (EnvCfg, CommandCfg, EventCfg)),
-    "g1_motion_tracking": Task(
-        _g1_motion_tracking, _g1_model, (EnvCfg, MotionCfg, SamplingCfg, ResetNoiseCfg)
-    ),
-    "cartpole": Task(_cartpole, _cartpole_model, (CartpoleEnvCfg,)),
+# Every task is its YAML (configs/task/<name>.yaml), built by build_env; a line here makes it
+# known. register_task adds one whose YAML lives elsewhere.
+TASKS: dict[str, str] = {
+    "g1_walk_flat": "the G1 follows velocity commands on flat ground",
+    "g1_walk_flat_privileged": "g1_walk_flat, the actor also observing the base's velocity",
+    "g1_motion_tracking": "the G1 imitates a whole-body motion clip",
+    "g1_motion_tracking_privileged": "g1_motion_tracking with BeyondMimic's privileged actor",
+    "cartpole": "balance a pole on a cart (a small task to check training end to end)",
 }
+_EXTRA_CONFIG_DIRS: list[str] = []  # searched before the package's configs (register_task)
+
+
+def register_task(name: str, description: str, config_dir: str | Path | None = None) -> None:
+    """Make task ``name`` known: its YAML is ``task/<name>.yaml`` in the package's configs or,
+    given ``config_dir``, in that directory (a downstream project's own tasks)."""
+    if config_dir is not None:
+        path = Path(config_dir).resolve()
+        if not (path / "task" / f"{name}.yaml").is_file():
+            raise FileNotFoundError(f"config_dir: no task/{name}.yaml in {str(path)!r}")
+        url = f"file://{path}"
+        if url not in _EXTRA_CONFIG_DIRS:
+            _EXTRA_CONFIG_DIRS.append(url)
+    TASKS[name] = description
+
+
+def search_path_overrides() -> list[str]:
+    """Hydra overrides that add the registered task directories to the search path."""
+    if not _EXTRA_CONFIG_DIRS:
+        return []
+    return [f"hydra.searchpath=[{','.join(_EXTRA_CONFIG_DIRS)}]"]
 
 
 def list_tasks() -> list[str]:
@@ -131,11 +83,13 @@ def compose(task: str, overrides: Sequence[str] = ()) -> DictConfig:
         raise KeyError(f"task: unknown task {task!r}{did_you_mean(task, list_tasks())}")
     with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
         try:
-            cfg = hydra_compose("config", overrides=[f"task={task}", *overrides])
+            cfg = hydra_compose(
+                "config", overrides=[*search_path_overrides(), f"task={task}", *overrides]
+            )
         except MissingConfigException as error:
             raise FileNotFoundError(f"config: {error}") from None
         except ConfigCompositionException as error:
-            base = hydra_compose("config", overrides=[f"task={task}"])
+            base = hydra_compose("config", overrides=[*search_path_overrides(), f"task={task}"])
             raise KeyError(_explain_override(error, overrides, base)) from None
     OmegaConf.set_struct(cfg, True)
     return cfg
@@ -150,33 +104,117 @@ def make(task: str, overrides: Sequence[str] = (), **values: Any):
     return env
 
 
-def make_env(cfg: DictConfig):
+def make_env(cfg: DictConfig) -> FusedEnv:
     """Build the env a composed config describes (its ``task_name``, ``backend``, ...)."""
-    sections = check_sections(cfg)
-    return TASKS[cfg.task_name].build(cfg, sections, make_backend(cfg))
+    check_sections(cfg)
+    chosen = robot(cfg.robot.name)
+    reads = term_inputs(cfg)
+    backend = make_backend(cfg, chosen, actuator_forces="actuator_force" in reads)
+    try:
+        return build_env(cfg, backend, chosen)
+    except BaseException:
+        backend.close()
+        raise
 
 
-def check_sections(cfg: DictConfig) -> Sections:
-    """The task's config sections (``env``, ``commands``, ...) as their dataclasses, every value
-    checked against its declared type and range before anything is built: a bad value is a
-    ValueError naming its full key, the value and what is accepted."""
+def build_env(cfg: DictConfig, backend: SimBackend, chosen: Robot) -> FusedEnv:
+    """The task's env on ``backend``: the robot checked, its entity, action mapping, commands,
+    events and task arrays built from the config (every name resolved against the model),
+    then the fused terms."""
+    facts, n = backend.model, backend.num_envs
+    if chosen.check is not None:
+        chosen.check(facts, cfg.task_name)
+    env_cfg = build_section(EnvCfg, _plain(cfg.env))
+    step_dt = facts.physics_dt * env_cfg.decimation
+    init_qpos = chosen.init_qpos(facts)
+    reads = term_inputs(cfg)
+    try:
+        entity = Entity(
+            backend,
+            _plain(cfg.entity.bodies),
+            contact_body_names=_plain(cfg.entity.get("contact_bodies") or ()),
+            actuator_forces="actuator_force" in reads,
+            joint_acc_dt=step_dt if "joint_acc" in reads else None,
+        )
+    except (KeyError, ValueError) as error:  # a body the model lacks: name the section
+        message = error.args[0] if error.args else str(error)
+        raise type(error)(f"entity: {message}") from None
+    action = build_action(
+        _plain(cfg.actions), facts, n, init_qpos[facts.joint_qpos_adr], chosen.action_scale
+    )
+    context = CommandContext("commands", facts, n, step_dt, init_qpos)
+    commands = build_commands(_plain(cfg.get("commands")), context)
+    for name, generator in commands.items():
+        tracked = getattr(generator, "body_names", None)
+        if tracked is not None and tracked != entity.body_names:
+            raise ValueError(
+                f"commands.{name}.params.bodies: {list(tracked)} must be entity.bodies "
+                f"{list(entity.body_names)}, in order (terms index both by the same rows)"
+            )
+    events = EventManager(_plain(cfg.get("events")), backend, step_dt, env_cfg.randomize)
+    arrays = {
+        **joint_task_arrays(facts, init_qpos),
+        **_joint_arrays(_plain(cfg.get("joint_arrays")), facts),
+    }
+    return FusedEnv(
+        backend,
+        entity,
+        _terms(cfg),
+        action=action,
+        init_qpos=init_qpos,
+        decimation=env_cfg.decimation,
+        episode_length_s=env_cfg.episode_length_s,
+        commands=commands,
+        events=events,
+        arrays=arrays,
+        joint_mirror=chosen.mirror(facts.joint_names) if chosen.mirror else None,
+        num_threads=cfg.num_threads,
+        seed=cfg.seed,
+    )
+
+
+def check_sections(cfg: DictConfig) -> None:
+    """What a task's config can be checked for before its model is loaded: a known task and
+    robot, the ``env`` section, and every action mapping, command and event named in the
+    registries with parameters of the accepted types and ranges (names of bodies, joints, ...
+    are resolved when the env is built). A bad value is an error naming its full key."""
     if cfg.task_name not in TASKS:
         raise KeyError(
             f"task_name: unknown task {cfg.task_name!r}; known: {', '.join(list_tasks())}"
         )
-    sections = {}
-    for cls in TASKS[cfg.task_name].sections:
-        values = cast("dict[str, Any]", OmegaConf.to_container(cfg[cls.KEY], resolve=True))
-        sections[cls.KEY] = build_section(cls, values)
-    return sections
+    robot(cfg.robot.name)
+    build_section(EnvCfg, _plain(cfg.env))
+    tables = (
+        ("actions", ACTIONS, 1 + CONSTRUCTOR_ARGS),
+        ("commands", COMMANDS, 2),
+    )
+    for section, registry, skip in tables:
+        for name, spec in (_plain(cfg.get(section)) or {}).items():
+            where = f"{section}.{name}"
+            if not isinstance(spec, dict):
+                raise ValueError(f"{where}: expected {{term: ..., params: {{...}}}}, got {spec!r}")
+            cls = registry.get(spec.get("term") or name, f"{where}.term")
+            Signature.of(cls.__init__, skip=skip).bind(f"{where}.params", spec.get("params"), None)
+    for name, spec in (_plain(cfg.get("events")) or {}).items():
+        if spec is not None:  # null: off
+            EventManager.bind(name, spec)
 
 
-def make_backend(cfg: DictConfig) -> SimBackend:
-    mjcf = Path(cfg.robot.mjcf) if cfg.robot.mjcf else TASKS[cfg.task_name].model()
+def term_inputs(cfg: DictConfig) -> set[str]:
+    """The inputs every configured term reads by name (what the env must provide)."""
+    terms = _terms(cfg)
+    names = [spec.get("term") or entry for entry, spec in _entries(terms) if spec is not None]
+    return {name for term in names for name in _inputs_of(term)}
+
+
+def make_backend(cfg: DictConfig, chosen: Robot, actuator_forces: bool = False) -> SimBackend:
+    mjcf = Path(cfg.robot.mjcf) if cfg.robot.mjcf else chosen.model()
     if cfg.backend == "mujoco":
         from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 
-        return MujocoBackend(mjcf, cfg.num_envs, num_threads=cfg.num_threads)
+        return MujocoBackend(
+            mjcf, cfg.num_envs, num_threads=cfg.num_threads, actuator_forces=actuator_forces
+        )
     if cfg.backend == "mjwarp":
         from fuselab_sim_backends.mjwarp import MjWarpBackend
 
@@ -188,11 +226,48 @@ def make_backend(cfg: DictConfig) -> SimBackend:
     raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
 
 
+def _terms(cfg: DictConfig) -> dict:
+    return {s: _plain(cfg[s]) for s in TERM_SECTIONS if s in cfg}
+
+
+def _entries(terms: Mapping[str, Any]):
+    """(entry, spec) of every term of every section (observation groups: their terms)."""
+    for section, table in terms.items():
+        if section == "observations":
+            for group in (table or {}).values():
+                yield from ((group or {}).get("terms") or {}).items()
+        else:
+            yield from (table or {}).items()
+
+
+def _inputs_of(term: str) -> tuple[str, ...]:
+    try:
+        return get_term(term).inputs
+    except KeyError:  # the plan names it with the nearest terms
+        return ()
+
+
+def _joint_arrays(table: Mapping[str, Any] | None, facts) -> dict[str, np.ndarray]:
+    """``joint_arrays``: per-joint task arrays terms read by name, each given as
+    ``{joint pattern: value}`` (every joint matched by one pattern) or a number."""
+    return {
+        name: joint_values(f"joint_arrays.{name}", spec, list(facts.joint_names), None)
+        for name, spec in (table or {}).items()
+    }
+
+
+def _plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+
+
 def _explain_override(error: Exception, overrides: Sequence[str], base: DictConfig) -> str:
     """Name the override whose key does not exist and the nearest valid keys."""
     valid = _dotted_keys(OmegaConf.to_container(base))
     for override in overrides:
-        key = override.split("=", 1)[0].lstrip("+~")
+        key = override.split("=", 1)[0]
+        if key.startswith("+"):  # an addition (+key) or an addition-or-override (++key)
+            continue
+        key = key.lstrip("~")
         if key not in valid and not key.startswith("task"):
             hint = did_you_mean(key, valid, cutoff=0.5, list_known=False) or "; no similar key"
             return f"override {override!r}: no key {key!r} in the config{hint}"

@@ -455,7 +455,7 @@ class EnvSpec:
         return cls(
             num_envs=int(env.num_envs),
             obs_dims={g: int(o.shape[1]) for g, o in env.terms.buffers.obs.items()},
-            action_dim=int(env.backend.model.nu),
+            action_dim=int(env.action_dim),
             reward_terms=tuple(c.entry for c in plan.rewards),
             terminations=tuple(c.entry for c in plan.terminations),
             step_dt=float(env.step_dt),

@@ -3,18 +3,25 @@
 A deterministic rollout (the policy's mean action, seeded env) of a checkpoint's policy on many
 envs of MuJoCo CPU, measured from the physics state, never from rewards:
 
-* G1WalkFlat: every env keeps one command for the window (drawn from the training ranges, one
-  kind per env: forward, backward, lateral, turning, standing); after ``SETTLE_S`` the base
-  velocity in the heading frame is compared with it: RMS planar velocity error (m/s), RMS
-  yaw-rate error (rad/s), the fraction of envs that fell, the same per command kind, and what
-  a robot standing still would score on the same commands.
-* G1MotionTracking: the clip from its first frame to its last, then from starts spread over the
-  clip: success rate (no failure before the clip's end), global and root-relative MPKPE of the
-  tracked bodies (mm), end-effector position error (mm), joint position (rad) and joint
-  velocity (rad/s) errors. Resets start exactly on the clip (no reset noise).
+What is measured follows the task's command (any task built on one of these commands):
+
+* a velocity command (``uniform_velocity``, G1WalkFlat): every env keeps one command for the
+  window (drawn from the training ranges, one kind per env: forward, backward, lateral,
+  turning, standing); after ``SETTLE_S`` the base velocity in the heading frame is compared
+  with it: RMS planar velocity error (m/s), RMS yaw-rate error (rad/s), the fraction of envs
+  that fell, the same per command kind, and what a robot standing still would score on the
+  same commands.
+* a motion command (``motion``, G1MotionTracking): the clip from its first frame to its last,
+  then from starts spread over the clip: success rate (no failure before the clip's end),
+  global and root-relative MPKPE of the tracked bodies (mm), end-effector position error (mm),
+  joint position (rad) and joint velocity (rad/s) errors. Resets start exactly on the clip (no
+  reset noise).
 
 Observations carry the noise the policy was trained with. A row is measured until its episode
-ends; after a fall it counts as fallen and is measured no more.
+ends; after a fall it counts as fallen and is measured no more. The robot is the nominal one
+(``events=nominal``: only the events that set the reset state run) or the one training
+randomized (``events=train``: every event of the task); ``push=SPEED`` adds pushes (every 1-3 s,
+the base's planar velocity changed by up to SPEED m/s each way) to measure robustness.
 
     fuselab-eval run=runs/g1_walk_flat/<date_time> num_envs=256 seconds=10 json=eval.json
 """
@@ -115,18 +122,19 @@ def walk_rollout(
     cfg: DictConfig, policy: Callable, commands: np.ndarray, seconds: float
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The walk evaluation's rollout: the env of ``cfg`` (edited in place: one command per env
-    for the window, no pushes, no time-out), env k held at ``commands[k]``. After ``SETTLE_S``,
-    once per step: the heading-frame planar velocity (N, 2), the yaw rate (N,) and the envs
-    fallen so far (N,): the same arrays every step, updated in place (copy to keep)."""
+    for the window, no time-out), env k held at ``commands[k]``. After ``SETTLE_S``, once per
+    step: the heading-frame planar velocity (N, 2), the yaw rate (N,) and the envs fallen so far
+    (N,): the same arrays every step, updated in place (copy to keep)."""
     from fuselab_envs.registry import make_env
 
-    cfg.commands.resample_s = SETTLE_S + seconds + 10.0  # one command for the whole window
-    cfg.commands.heading_fraction = 0.0  # its yaw rate held, not steered to a heading
-    cfg.events.push_interval_s = None
+    name = command_entry(cfg, VELOCITY)
+    params = cfg.commands[name].setdefault("params", {})
+    params.resample_s = SETTLE_S + seconds + 10.0  # one command for the whole window
+    params.heading_fraction = 0.0  # its yaw rate held, not steered to a heading
     cfg.env.episode_length_s = SETTLE_S + seconds + 10.0  # no time-out in the window
     env = make_env(cfg)
     try:
-        env.command[:] = commands
+        env.commands[name].hold(commands)
         env.terms.observe()  # the observations show the new commands
         fallen = np.zeros(env.num_envs, np.bool_)
         settle_steps = round(SETTLE_S / env.step_dt)
@@ -139,11 +147,12 @@ def walk_rollout(
                 planar, yaw_rate = heading_frame_velocity(env.robot.qpos, env.robot.qvel)
                 yield planar, yaw_rate, fallen
     finally:
-        _close(env)
+        env.close()
 
 
 def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
-    commands, kinds = walk_commands(cfg.commands, cfg.num_envs, np.random.default_rng(seed))
+    ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
+    commands, kinds = walk_commands(ranges, cfg.num_envs, np.random.default_rng(seed))
     errors = VelocityErrors(commands)
     fallen = np.zeros(len(commands), np.bool_)  # the rollout's own array after its first step
     for planar, yaw_rate, fallen in walk_rollout(cfg, policy, commands, seconds):
@@ -154,17 +163,30 @@ def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) 
     return report
 
 
+def velocity_ranges(spec: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """The training ranges of a ``uniform_velocity`` command entry (its defaults filled in)."""
+    from fuselab_env_core.registry import Signature
+    from fuselab_envs.commands.velocity import UniformVelocityCommand
+
+    given = spec.get("params")
+    if OmegaConf.is_config(given):  # (lists in a DictConfig are ListConfigs)
+        given = OmegaConf.to_container(given, resolve=True)
+    params = Signature.of(UniformVelocityCommand.__init__, skip=2).bind("commands", given, None)
+    return {axis: params[axis] for axis in ("lin_vel_x", "lin_vel_y", "ang_vel_z")}
+
+
 # -- motion tracking ----------------------------------------------------------------------------
 
 
 class TrackingErrors:
     """Per-sample tracking errors of the rows measured, summed; means over (env, step)."""
 
-    def __init__(self, env: Any, end_effectors: list[str], root: str = "pelvis"):
-        names = list(env.robot.body_names)
+    def __init__(self, motion: Any, end_effectors: list[str], root: str = "pelvis"):
+        names = list(motion.body_names)
         self.end_effectors = [names.index(name) for name in end_effectors]
         self.root = names.index(root)
-        self.arrays = env.task_arrays
+        self.motion = motion
+        self.arrays = motion.arrays
         self.sums = dict.fromkeys(
             (
                 "mpkpe_mm",
@@ -182,7 +204,7 @@ class TrackingErrors:
         before the one ``motion_frame`` now shows)."""
         if not len(rows):
             return
-        frames = env.motion_frame[rows] - 1
+        frames = self.motion.motion_frame[rows] - 1
         pos = env.robot.body_pos_w[rows].astype(np.float64)
         ref = self.arrays["motion_body_pos_w"][frames].astype(np.float64)
         error = np.linalg.norm(pos - ref, axis=-1)  # (rows, bodies) metres
@@ -211,10 +233,11 @@ def evaluate_tracking(cfg: DictConfig, policy: Callable, seconds: float, seed: i
     """The clip from its first frame (every env), then from starts spread over the clip (env k
     at frame k * frames / N); each row runs to the clip's end or its first failure."""
     del seconds  # a tracking episode is the rest of its clip
-    for key in cfg.reset_noise:
-        cfg.reset_noise[key] = 0.0
-    cfg.sampling.mode = "start"
-    cfg.motion.clip_end = "truncate"
+    params = cfg.commands[command_entry(cfg, MOTION)].setdefault("params", {})
+    for key in [k for k in params if str(k).startswith("reset_")]:  # no reset noise
+        params[key] = 0.0
+    params.start = "start"
+    params.clip_end = "truncate"
     cfg.env.episode_length_s = 1e6  # the clip's end ends each episode
     return {
         "from_first_frame": _track(cfg, policy, spread=False),
@@ -227,15 +250,15 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
 
     env = make_env(cfg)
     try:
-        n = env.num_envs
+        n, motion = env.num_envs, env.commands[command_entry(cfg, MOTION)]
         if spread:
-            starts = (np.arange(n) * (env.num_frames - 1) // n).astype(np.int32)
-            env.motion_frame[:] = starts
-            qpos, qvel = env.reference_state(starts)
+            starts = (np.arange(n) * (motion.num_frames - 1) // n).astype(np.int32)
+            motion.motion_frame[:] = starts
+            qpos, qvel = motion.reference_state(starts)
             env.write_state(np.arange(n), qpos, qvel)
             env.robot.update()
             env.terms.observe()
-        errors = TrackingErrors(env, list(cfg.bodies.end_effectors))
+        errors = TrackingErrors(motion, list(cfg.bodies.end_effectors))
         active, failed = np.ones(n, np.bool_), np.zeros(n, np.bool_)
         obs = env.terms.buffers.obs
         while active.any():
@@ -246,16 +269,38 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
             errors.add(env, np.flatnonzero(active & ~done))
             active &= ~done
     finally:
-        _close(env)
+        env.close()
     return {"success_rate": float(1.0 - failed.mean()), **errors.summary(), "envs": n}
 
 
 # -- the command ------------------------------------------------------------------------------
 
+VELOCITY, MOTION = "uniform_velocity", "motion"  # the commands fuselab-eval measures
 EVALUATORS: dict[str, Callable[[DictConfig, Callable, float, int], dict]] = {
-    "g1_walk_flat": evaluate_walk,
-    "g1_motion_tracking": evaluate_tracking,
+    VELOCITY: evaluate_walk,
+    MOTION: evaluate_tracking,
 }
+EVENT_SETS = ("nominal", "train")
+PUSH_INTERVAL_S = (1.0, 3.0)
+
+
+def command_entry(cfg: DictConfig | Mapping[str, Any], term: str) -> str:
+    """The name of the ``commands`` entry built from ``term`` (the task's first such one)."""
+    for name, spec in (cfg.get("commands") or {}).items():
+        if (spec.get("term") or name) == term:
+            return str(name)
+    raise ValueError(f"commands: the task has no {term!r} command")
+
+
+def evaluator_of(cfg: DictConfig | Mapping[str, Any]) -> str:
+    """The command whose evaluation measures the task (its first command fuselab-eval knows)."""
+    for name, spec in (cfg.get("commands") or {}).items():
+        if (spec.get("term") or name) in EVALUATORS:
+            return str(spec.get("term") or name)
+    raise ValueError(
+        f"task_name: fuselab-eval measures tasks with a {' or '.join(EVALUATORS)} command; "
+        f"{cfg.get('task_name')!r} has none"
+    )
 
 
 def evaluate(
@@ -264,18 +309,22 @@ def evaluate(
     num_envs: int = NUM_ENVS,
     seconds: float = SECONDS,
     seed: int = SEED,
+    events: str = "nominal",
+    push: float | None = None,
     field_name: str = "run",
 ) -> dict[str, Any]:
     """Evaluate the policy of ``source`` (a run directory: its latest checkpoint, or a
     checkpoint file); returns the report (see the module docstring)."""
     _check_window(num_envs, seconds)
+    _check_events(events, push)
     checkpoint = load_checkpoint(source, field=field_name)
     task = checkpoint["config"]["task_name"]
-    if task not in EVALUATORS:
+    try:
+        evaluator_of(checkpoint["config"])
+    except ValueError as error:
         raise ValueError(
-            f"{field_name}: '{checkpoint['path']}' is a {task} policy; fuselab-eval measures "
-            f"{', '.join(EVALUATORS)}"
-        )
+            f"{field_name}: '{checkpoint['path']}' is a {task} policy; {error}"
+        ) from None
     started = time.perf_counter()
     policy = load_policy(checkpoint, field_name)
     report = {
@@ -285,7 +334,13 @@ def evaluate(
         "env_steps": checkpoint.get("env_steps"),
         "train_wall_s": checkpoint.get("wall_s"),
         **evaluate_policy(
-            checkpoint["config"], policy, num_envs=num_envs, seconds=seconds, seed=seed
+            checkpoint["config"],
+            policy,
+            num_envs=num_envs,
+            seconds=seconds,
+            seed=seed,
+            events=events,
+            push=push,
         ),
     }
     log.info("eval %s: %.1f s", checkpoint["path"], time.perf_counter() - started)
@@ -299,28 +354,38 @@ def evaluate_policy(
     num_envs: int = NUM_ENVS,
     seconds: float = SECONDS,
     seed: int = SEED,
+    events: str = "nominal",
+    push: float | None = None,
 ) -> dict[str, Any]:
     """fuselab-eval's measurement of any ``policy`` (actor observations (B, D) -> actions
     (B, A), torch tensors) on the task of ``config`` (a run's config: resolved into a copy, as
     checkpoints save it): the report's task, window and metrics."""
     _check_window(num_envs, seconds)
-    cfg = eval_config(config, num_envs, seed)
-    if cfg.task_name not in EVALUATORS:
-        raise ValueError(
-            f"task_name: fuselab-eval measures {', '.join(EVALUATORS)}, not {cfg.task_name!r}"
-        )
+    _check_events(events, push)
+    cfg = eval_config(config, num_envs, seed, events, push)
+    evaluator = evaluator_of(cfg)
     return {
         "task": cfg.task_name,
         "num_envs": num_envs,
         "seconds": float(seconds),
         "seed": seed,
-        "metrics": EVALUATORS[cfg.task_name](cfg, policy, float(seconds), seed),
+        "events": events,
+        "push_mps": push,
+        "metrics": EVALUATORS[evaluator](cfg, policy, float(seconds), seed),
     }
 
 
-def eval_config(config: Mapping[str, Any] | DictConfig, num_envs: int, seed: int) -> DictConfig:
+def eval_config(
+    config: Mapping[str, Any] | DictConfig,
+    num_envs: int,
+    seed: int,
+    events: str = "nominal",
+    push: float | None = None,
+) -> DictConfig:
     """The config an evaluation builds its env from: ``config`` (a run's, as checkpoints save
-    it) resolved into a copy, on ``num_envs`` envs of MuJoCo CPU seeded with ``seed``."""
+    it) resolved into a copy, on ``num_envs`` envs of MuJoCo CPU seeded with ``seed``; with
+    ``events="nominal"`` only the events that set the reset state run (``env.randomize``
+    false), and ``push`` adds pushes of up to that many m/s."""
     resolved = (
         OmegaConf.to_container(config, resolve=True)
         if isinstance(config, DictConfig)
@@ -329,7 +394,36 @@ def eval_config(config: Mapping[str, Any] | DictConfig, num_envs: int, seed: int
     cfg = OmegaConf.create(resolved)
     assert isinstance(cfg, DictConfig)
     cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
+    from fuselab_env_core.events import EVENTS
+
+    trained_randomized = cfg.env.get("randomize", True)
+    table = {name: spec for name, spec in (cfg.get("events") or {}).items() if spec is not None}
+    if events == "nominal" or not trained_randomized:  # the events that set the reset state
+        table = {
+            name: spec
+            for name, spec in table.items()
+            if EVENTS.get(spec.get("term") or name, f"events.{name}").state_inputs
+        }
+    cfg.env.randomize = True  # the table says which events run (an added push too)
+    if push is not None:
+        speed = [-float(push), float(push)]
+        table["eval_push"] = {
+            "term": "push_by_setting_velocity",
+            "mode": "interval",
+            "interval_s": list(PUSH_INTERVAL_S),
+            "params": {"lin_vel_x_mps": speed, "lin_vel_y_mps": speed},
+        }
+    cfg.events = table
     return cfg
+
+
+def _check_events(events: object, push: object) -> None:
+    if events not in EVENT_SETS:
+        raise ValueError(f"events: expected one of {', '.join(EVENT_SETS)}, got {events!r}")
+    if push is not None and (
+        isinstance(push, bool) or not isinstance(push, (int, float)) or not push >= 0
+    ):
+        raise ValueError(f"push: expected a speed >= 0 (m/s) or null, got {push!r}")
 
 
 def _check_window(num_envs: object, seconds: object) -> None:
@@ -362,12 +456,6 @@ def _act(policy: Callable, obs: dict[str, np.ndarray]) -> np.ndarray:
     with torch.no_grad():
         actions = policy(torch.from_numpy(obs["actor"])).numpy()
     return actions.astype(np.float32, copy=False)
-
-
-def _close(env: Any) -> None:
-    close = getattr(env.backend, "close", None)
-    if close is not None:
-        close()
 
 
 def _root_mean(total: float, count: int) -> float:

@@ -107,9 +107,7 @@ def play(
             recorder = VideoRecorder(cfg, env, path, width, height)
         return _roll_out(policy, env, steps, recorder)
     finally:
-        backend_close = getattr(env.backend, "close", None)
-        if backend_close is not None:
-            backend_close()
+        env.close()
 
 
 def _roll_out(
@@ -245,9 +243,9 @@ def render_model(cfg: DictConfig):
     """The task's MJCF (``robot.mjcf``, else the task's embedded model) compiled for rendering."""
     import mujoco
 
-    from fuselab_envs.registry import TASKS
+    from fuselab_envs.robots import robot
 
-    mjcf = cfg.robot.mjcf or TASKS[cfg.task_name].model()
+    mjcf = cfg.robot.mjcf or robot(cfg.robot.name).model()
     text = str(mjcf)
     if text.lstrip().startswith("<"):  # an MJCF string, as the backends accept
         return mujoco.MjModel.from_xml_string(text)

@@ -28,6 +28,11 @@ the kinematics refresh above touches neither), as on the MuJoCo CPU backend. Res
 zeros until they step again (``set_state`` leaves the last step's contacts in place). Flex
 contacts are not attributed to bodies.
 
+Per-env model parameters: a parameter set for some worlds becomes a per-world array of the
+Model (mujoco_warp's batched fields, first dimension nworld instead of 1), written from a host
+copy; the recorded graphs are recorded again since they hold the arrays they read, and
+``set_const`` recomputes what masses, inertias and armature change.
+
 Non-finite controls are passed through as they are. MuJoCo Warp clamps the control of a
 ctrl-limited actuator with ``wp.clamp``, which turns NaN into a range bound, so such rows stay
 finite (but wrong); an unlimited actuator's NaN reaches its env's state. Either way no other
@@ -51,6 +56,7 @@ from fuselab_env_core.backend import (
     SimBackend,
     check_buffer,
     check_env_ids,
+    check_model_param,
     check_positive_int,
     check_reset,
 )
@@ -59,7 +65,7 @@ from fuselab_sim_backends.host_copy import (
     check_contact_buffers,
     copy_body_states,
 )
-from fuselab_sim_backends.model import load_spec, model_facts
+from fuselab_sim_backends.model import check_position_actuators, load_spec, model_facts
 
 __all__ = ["MjWarpBackend"]
 
@@ -109,6 +115,31 @@ def _net_contact_forces(
 def _zero_vec3(out: wp.array2d(dtype=wp.vec3)):  # pyright: ignore[reportInvalidTypeForm]
     world, body = wp.tid()  # pyright: ignore[reportAssignmentType, reportGeneralTypeIssues]
     out[world, body] = wp.vec3(0.0)
+
+
+# Contract parameter -> (Model field, column or None, sign): kp is the gain of a position
+# actuator, kd minus its velocity bias.
+_WARP_PARAMS: dict[str, tuple[str, int | None, float]] = {
+    "geom_friction": ("geom_friction", None, 1.0),
+    "body_mass": ("body_mass", None, 1.0),
+    "body_ipos": ("body_ipos", None, 1.0),
+    "body_inertia": ("body_inertia", None, 1.0),
+    "actuator_kp": ("actuator_gainprm", 0, 1.0),
+    "actuator_kd": ("actuator_biasprm", 2, -1.0),
+    "dof_damping": ("dof_damping", None, 1.0),
+    "dof_armature": ("dof_armature", None, 1.0),
+    "dof_frictionloss": ("dof_frictionloss", None, 1.0),
+}
+
+
+# What set_const derives from masses, inertias and armature (per world once those are).
+_SET_CONST_OUTPUTS = (
+    "body_subtreemass",
+    "body_invweight0",
+    "dof_invweight0",
+    "actuator_acc0",
+    "tendon_invweight0",
+)
 
 
 def _ms_since(start: float) -> float:
@@ -252,6 +283,7 @@ class MjWarpBackend(SimBackend):
         self._cleared[:] = True  # no step yet
 
         self._graphs: dict[object, wp.Graph] = {}
+        self._batched: dict[str, np.ndarray] = {}  # Model field -> its per-world host copy
         self._kinematics_stale = False  # forward just ran
         self._body_host_stale = True
         self._state_host_stale = True
@@ -418,6 +450,44 @@ class MjWarpBackend(SimBackend):
             self._contact_host_stale = False
         np.take(self._body_force, body_ids, axis=1, out=out_force, mode="clip")  # ids checked
 
+    def copy_actuator_forces(self, out_force, env_ids=None) -> None:
+        """Every row: ``actuator_force`` of the last substep (zeros in worlds reset since)."""
+        check_buffer("out_force", out_force, (self.num_envs, self.model.nu))
+        if env_ids is not None:
+            check_env_ids(env_ids, self.num_envs)
+        np.copyto(out_force, self._d.actuator_force.numpy())
+        out_force[self._cleared] = 0.0
+
+    def model_param(self, name: str) -> np.ndarray:
+        field, column, sign = _WARP_PARAMS[name]
+        values = getattr(self.mj_model, field)
+        return (sign * (values if column is None else values[:, column])).astype(np.float64)
+
+    def set_model_param(self, name, env_ids, element_ids, values) -> None:
+        env_ids, element_ids, values = check_model_param(self, name, env_ids, element_ids, values)
+        field, column, sign = _WARP_PARAMS[name]
+        if name in ("actuator_kp", "actuator_kd"):
+            check_position_actuators(self.mj_model, element_ids, name)
+        self._wait_for_device()
+        rows = np.ix_(env_ids, element_ids)
+        writes = [(field, column, sign)]
+        if name == "actuator_kp":  # a position actuator's bias holds -kp too
+            writes.append(("actuator_biasprm", 1, -1.0))
+        for target, col, factor in writes:
+            host = self._per_world(target)
+            if col is None:
+                host[rows] = factor * values
+            else:
+                host[(*rows, col)] = factor * values
+            wp.copy(getattr(self._m, target), wp.array(host, dtype=getattr(self._m, target).dtype))
+        if name in ("body_mass", "body_ipos", "body_inertia", "dof_armature"):
+            for derived in _SET_CONST_OUTPUTS:  # set_const writes one row per world of these
+                self._per_world(derived)
+            with wp.ScopedDevice(self._wp_device):
+                mjw.set_const(self._m, self._d)
+        self._kinematics_stale = True
+        self._body_host_stale = True
+
     # -- beyond the contract --------------------------------------------------------------------
 
     def host_body_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -426,6 +496,20 @@ class MjWarpBackend(SimBackend):
         valid until its next step or reset; copy them to keep them."""
         self._sync_body_host()
         return self._xpos, self._xquat, self._cvel, self._subtree_com
+
+    def _per_world(self, field: str) -> np.ndarray:
+        """The host copy of Model field ``field`` with one row per world, made (and the device
+        field replaced by a per-world array, the graphs recorded again) the first time."""
+        if field not in self._batched:
+            nominal = getattr(self._m, field).numpy()[:1]
+            host = np.ascontiguousarray(np.repeat(nominal, self.num_envs, axis=0))
+            dtype = getattr(self._m, field).dtype
+            if host.size:  # (an empty field, e.g. no tendons, stays as it is)
+                with wp.ScopedDevice(self._wp_device):
+                    setattr(self._m, field, wp.array(host, dtype=dtype))
+            self._batched[field] = host
+            self._graphs.clear()  # they hold the arrays they read
+        return self._batched[field]
 
     def _sync_body_host(self) -> None:
         if not self._body_host_stale:

@@ -45,6 +45,13 @@ def model_facts(model: mujoco.MjModel) -> ModelFacts:
         np.array([-np.inf, np.inf]),
     ).astype(np.float32)
     all_joints = names(mujoco.mjtObj.mjOBJ_JOINT, model.njnt)
+    joint_index = {j: k for k, j in enumerate(joints)}
+    driven = [  # the joint each actuator drives (index into joint_names), -1 for none
+        joint_index.get(int(model.actuator_trnid[a, 0]), -1)
+        if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+        else -1
+        for a in range(model.nu)
+    ]
     return ModelFacts(
         body_names=names(mujoco.mjtObj.mjOBJ_BODY, model.nbody),
         joint_names=tuple(all_joints[j] for j in joints),
@@ -56,4 +63,16 @@ def model_facts(model: mujoco.MjModel) -> ModelFacts:
         nv=model.nv,
         nu=model.nu,
         physics_dt=float(model.opt.timestep),
+        geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, model.ngeom),
+        actuator_joint=np.array(driven, np.int32),
     )
+
+
+def check_position_actuators(model: mujoco.MjModel, ids: np.ndarray, name: str) -> None:
+    """kp and kd are those of position actuators (gain kp, affine bias -kp * q - kd * qdot)."""
+    affine = int(mujoco.mjtBias.mjBIAS_AFFINE)
+    for a in ids.tolist():
+        gain, bias = model.actuator_gainprm[a], model.actuator_biasprm[a]
+        if model.actuator_biastype[a] != affine or not np.isclose(bias[1], -gain[0]):
+            actuator = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
+            raise ValueError(f"{name}: actuator {actuator!r} is not a position actuator")

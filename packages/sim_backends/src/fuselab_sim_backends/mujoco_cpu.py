@@ -17,6 +17,15 @@ force is minus the sum over all sensed bodies. Bodies that cannot touch anything
 Cost: the sensors are evaluated on every substep (rollout takes one model per env, not per
 step); on the G1 (6 contact sensors, N=4096) they add about 2% to a step.
 
+Per-env model parameters (friction, masses, centres of mass, gains, joint damping, armature,
+friction loss): ``mujoco.rollout`` takes one ``MjModel`` per env, so every env starts on the one
+nominal model and gets a copy of its own the first time one of its parameters is set (about 76 kB
+for the G1; ``mj_setConst`` recomputes what masses, inertias and armature change).
+
+Actuator forces are read, when the backend is built with ``actuator_forces=True``, from one
+``actuatorfrc`` sensor per actuator, recorded by rollout after the last substep like the contact
+forces.
+
 MuJoCo rejects a non-finite control with a warning and resets that env's data, so NaN actions
 corrupt no env; the env detects and reports them itself. MuJoCo's automatic reset of a diverging
 state is disabled: such rows stay visible (non-finite) until the env resets them with
@@ -25,6 +34,7 @@ state is disabled: such rows stay visible (non-finite) until the env resets them
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -41,6 +51,7 @@ from fuselab_env_core.backend import (
     SimBackend,
     check_buffer,
     check_env_ids,
+    check_model_param,
     check_positive_int,
     check_reset,
 )
@@ -50,7 +61,7 @@ from fuselab_sim_backends.host_copy import (
     copy_body_states,
 )
 from fuselab_sim_backends.kinematics import STATE_WIDTH, KinematicTree, forward_kinematics
-from fuselab_sim_backends.model import load_spec, model_facts
+from fuselab_sim_backends.model import check_position_actuators, load_spec, model_facts
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +81,14 @@ _D: Any = mujoco.mjtDisableBit  # declared: pyright would read _D.a | _D.b as a 
 class MujocoBackend(SimBackend):
     """``num_envs`` copies of one MJCF model, stepped by ``num_threads`` C threads."""
 
-    def __init__(self, mjcf: str | Path, num_envs: int, num_threads: int | None = None):
+    def __init__(
+        self,
+        mjcf: str | Path,
+        num_envs: int,
+        num_threads: int | None = None,
+        *,
+        actuator_forces: bool = False,
+    ):
         num_envs = check_positive_int("num_envs", num_envs)
         num_threads = check_positive_int(
             "num_threads", (os.cpu_count() or 1) if num_threads is None else num_threads
@@ -88,9 +106,16 @@ class MujocoBackend(SimBackend):
                 refname=mujoco.mj_id2name(as_written, mujoco.mjtObj.mjOBJ_BODY, body),
                 intprm=_net_contact_force_intprm(),
             )
+        if actuator_forces:
+            for actuator in range(as_written.nu):
+                spec.add_sensor(
+                    type=mujoco.mjtSensor.mjSENS_ACTUATORFRC,
+                    objtype=mujoco.mjtObj.mjOBJ_ACTUATOR,
+                    objname=mujoco.mj_id2name(as_written, mujoco.mjtObj.mjOBJ_ACTUATOR, actuator),
+                )
         self._physics = spec.compile()
         self._physics.opt.disableflags |= int(_D.mjDSBL_AUTORESET)
-        if contact_bodies.size:  # whatever the MJCF's <flag sensor=.../> says
+        if self._physics.nsensor:  # whatever the MJCF's <flag sensor=.../> says
             self._physics.opt.disableflags &= ~int(_D.mjDSBL_SENSOR)
         else:
             self._physics.opt.disableflags |= int(_D.mjDSBL_SENSOR)
@@ -108,7 +133,8 @@ class MujocoBackend(SimBackend):
         self._pool = rollout.Rollout(nthread=num_threads)
         self._datas = [mujoco.MjData(m) for _ in range(num_threads)]
         self._envs_per_call = min(n, ENVS_PER_ROLLOUT)
-        self._physics_models = [self._physics] * self._envs_per_call  # rollout takes one per env
+        # rollout takes one model per env: the nominal one until a parameter of the env is set
+        self._models = [self._physics] * n
 
         self._state = np.empty((n, self._nstate))
         # A reset row is this state (mj_resetData's: time 0, the model's defaults) with the
@@ -131,7 +157,11 @@ class MujocoBackend(SimBackend):
         self._contact_slots = np.full(m.nbody, NO_CONTACT, np.int32)
         self._contact_slots[contact_bodies] = np.arange(contact_bodies.size, dtype=np.int32)
         self._contact_slots[0] = WORLD_CONTACT
-        self._contact_force = self._sensordata.reshape(n, contact_bodies.size, 3)
+        self._contact_force = self._sensordata[:, : 3 * contact_bodies.size].reshape(
+            n, contact_bodies.size, 3
+        )
+        self._actuator_force = self._sensordata[:, 3 * contact_bodies.size :]
+        self._reads_actuator_forces = actuator_forces
 
         self._all_envs = np.arange(n)
         qpos0 = np.tile(m.qpos0, (n, 1)).astype(np.float32)
@@ -165,7 +195,7 @@ class MujocoBackend(SimBackend):
         self._state[env_ids] = self._reset_state
         self._qpos[env_ids] = qpos
         self._qvel[env_ids] = qvel
-        self._contact_force[env_ids] = 0.0  # no step since: no contact force yet
+        self._sensordata[env_ids] = 0.0  # no step since: no contact or actuator force yet
         forward_kinematics(self._tree, self._qpos, self._qvel, env_ids, self._body_states)
 
     def copy_qpos_qvel(self, out_qpos, out_qvel, env_ids=None) -> None:
@@ -205,11 +235,39 @@ class MujocoBackend(SimBackend):
         envs = self._envs(env_ids)
         _gather_contact_forces(envs, body_ids, self._contact_slots, self._contact_force, out_force)
 
+    def copy_actuator_forces(self, out_force, env_ids=None) -> None:
+        if not self._reads_actuator_forces:
+            raise ValueError(
+                "actuator forces: build the MuJoCo backend with actuator_forces=True to read them"
+            )
+        check_buffer("out_force", out_force, (self.num_envs, self.model.nu))
+        envs = self._envs(env_ids)
+        out_force[envs] = self._actuator_force[envs]
+
+    def model_param(self, name: str) -> np.ndarray:
+        return _read_param(self._physics, name).copy()
+
+    def set_model_param(self, name, env_ids, element_ids, values) -> None:
+        env_ids, element_ids, values = check_model_param(self, name, env_ids, element_ids, values)
+        if name in ("actuator_kp", "actuator_kd"):
+            check_position_actuators(self._physics, element_ids, name)
+        for k, i in enumerate(env_ids.tolist()):
+            model = self._own_model(i)
+            _write_param(model, name, element_ids, values[k])
+            if name in SET_CONST_PARAMS:
+                mujoco.mj_setConst(model, self._datas[0])
+
     def close(self) -> None:
         """Stop the rollout thread pool (also done when the backend is garbage collected)."""
         self._pool.close()
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _own_model(self, env: int) -> mujoco.MjModel:
+        """Env ``env``'s model, copied from the nominal one the first time it is asked for."""
+        if self._models[env] is self._physics:
+            self._models[env] = copy.copy(self._physics)
+        return self._models[env]
 
     def _envs(self, env_ids: np.ndarray | None) -> np.ndarray:
         return self._all_envs if env_ids is None else check_env_ids(env_ids, self.num_envs)
@@ -233,7 +291,7 @@ class MujocoBackend(SimBackend):
         ctrl, states, sensors = (buffer[:count] for buffer in buffers)
         ctrl[:] = self._ctrl[rows, None, :]
         self._pool.rollout(
-            self._physics_models[:count],
+            self._models[rows],
             self._datas,
             self._state[rows],
             ctrl,
@@ -244,6 +302,29 @@ class MujocoBackend(SimBackend):
         )
         self._state[rows] = states[:, -1]
         self._sensordata[rows] = sensors[:, -1]
+
+
+# Parameters whose change mj_setConst must propagate (subtree masses, inverse weights, ...).
+SET_CONST_PARAMS = frozenset({"body_mass", "body_ipos", "body_inertia", "dof_armature"})
+
+
+def _read_param(model: mujoco.MjModel, name: str) -> np.ndarray:
+    """The model's values of a contract parameter (a view where MuJoCo stores it as such)."""
+    if name == "actuator_kp":
+        return model.actuator_gainprm[:, 0]
+    if name == "actuator_kd":
+        return -model.actuator_biasprm[:, 2]
+    return getattr(model, name)
+
+
+def _write_param(model: mujoco.MjModel, name: str, ids: np.ndarray, values: np.ndarray) -> None:
+    if name == "actuator_kp":  # a position actuator: force = kp * (ctrl - q) - kd * qdot
+        model.actuator_gainprm[ids, 0] = values
+        model.actuator_biasprm[ids, 1] = -values
+    elif name == "actuator_kd":
+        model.actuator_biasprm[ids, 2] = -values
+    else:
+        getattr(model, name)[ids] = values
 
 
 def _touching_bodies(model: mujoco.MjModel) -> np.ndarray:

@@ -52,6 +52,9 @@ def _add_geom(body: mujoco.MjsBody, row: t.GeomRow) -> None:
         geom.contype, geom.conaffinity = _ROBOT_CONTYPE, _ROBOT_CONAFFINITY
         geom.group = COLLISION_GROUP
         geom.condim = 3
+        # The robot's side sets a contact's friction (not the larger of the two geoms'), so a
+        # randomized foot friction reaches the physics; nominally both sides are equal.
+        geom.priority = 1
         geom.rgba = list(_COLLISION_RGBA)
     else:
         geom.contype, geom.conaffinity = 0, 0

@@ -85,6 +85,25 @@ def action_rate_l2(i, actions, last_actions):
 
 
 @reward()
+def joint_torques_l2(i, actuator_force):
+    """Squared actuator forces (N m), summed: what the motors spend (the env reads the forces
+    of the last physics substep when a term asks for them)."""
+    total = 0.0
+    for j in range(actuator_force.shape[1]):
+        total += actuator_force[i, j] * actuator_force[i, j]
+    return total
+
+
+@reward()
+def joint_acc_l2(i, joint_acc):
+    """Squared joint accelerations (rad/s^2, over the last control step), summed."""
+    total = 0.0
+    for j in range(joint_acc.shape[1]):
+        total += joint_acc[i, j] * joint_acc[i, j]
+    return total
+
+
+@reward()
 def joint_deviation_l1(i, joint_pos, default_joint_pos):
     """|q - q_default| summed: keeps joints (e.g. arms and waist) near the default pose."""
     total = 0.0
@@ -157,39 +176,40 @@ def base_height_below(
 # -- observations -------------------------------------------------------------------------------
 
 
-@observation(size=3)
+@observation(size=3, mirror="polar")
 def base_lin_vel(i, out, col, base_lin_vel_b):
     for k in range(3):
         out[i, col + k] = base_lin_vel_b[i, k]
 
 
-@observation(size=3)
+@observation(size=3, mirror="axial")
 def base_ang_vel(i, out, col, base_ang_vel_b):
     for k in range(3):
         out[i, col + k] = base_ang_vel_b[i, k]
 
 
-@observation(size=3)
+@observation(size=3, mirror="polar")
 def projected_gravity(i, out, col, projected_gravity_b):
     for k in range(3):
         out[i, col + k] = projected_gravity_b[i, k]
 
 
-@observation(size=lambda shapes, params: shapes["joint_pos"][0])
-def joint_pos_rel(i, out, col, joint_pos, default_joint_pos):
-    """Joint positions relative to the robot's default pose (a task array, the same for all
-    envs: it stays in cache, where a per-env copy would be read from memory for every env)."""
+@observation(size=lambda shapes, params: shapes["joint_pos"][0], mirror="joints")
+def joint_pos_rel(i, out, col, joint_pos, encoder_bias, default_joint_pos):
+    """Joint positions as the encoders report them (the env's ``encoder_bias`` added, zero
+    unless an event draws one) relative to the robot's default pose (a task array, the same
+    for all envs: it stays in cache, where a per-env copy would be read for every env)."""
     for j in range(joint_pos.shape[1]):
-        out[i, col + j] = joint_pos[i, j] - default_joint_pos[j]
+        out[i, col + j] = joint_pos[i, j] + encoder_bias[i, j] - default_joint_pos[j]
 
 
-@observation(size=lambda shapes, params: shapes["joint_vel"][0])
+@observation(size=lambda shapes, params: shapes["joint_vel"][0], mirror="joints")
 def joint_vel_rel(i, out, col, joint_vel):
     for j in range(joint_vel.shape[1]):
         out[i, col + j] = joint_vel[i, j]
 
 
-@observation(size=lambda shapes, params: shapes["actions"][0])
+@observation(size=lambda shapes, params: shapes["actions"][0], mirror="joints")
 def last_action(i, out, col, actions):
     for j in range(actions.shape[1]):
         out[i, col + j] = actions[i, j]

@@ -65,7 +65,7 @@ def undesired_contacts(
     return count
 
 
-@observation(size=lambda shapes, params: len(params["foot_contacts"]))
+@observation(size=lambda shapes, params: len(params["foot_contacts"]), mirror="contact_pairs")
 def feet_contact(
     i,
     out,

@@ -310,7 +310,7 @@ def motion_body_height_error(
 # -- observations -------------------------------------------------------------------------------
 
 
-@observation(size=lambda shapes, params: 2 * shapes["motion_joint_pos"][1])
+@observation(size=lambda shapes, params: 2 * shapes["motion_joint_pos"][1], mirror="joints")
 def motion_command(i, out, col, motion_frame, motion_joint_pos, motion_joint_vel):
     """The reference joint positions and velocities of the current frame."""
     f, n = motion_frame[i], motion_joint_pos.shape[1]
@@ -321,16 +321,39 @@ def motion_command(i, out, col, motion_frame, motion_joint_pos, motion_joint_vel
         out[i, col + n + j] = motion_joint_vel[f, j]
 
 
-@observation(size=3)
+@observation(size=3, mirror="polar")
 def motion_anchor_pos_b(i, out, col, motion_anchor_pos_b):
     for k in range(3):
         out[i, col + k] = motion_anchor_pos_b[i, k]
 
 
-@observation(size=6)
+@observation(size=6, mirror="rotation_columns")
 def motion_anchor_ori_b(i, out, col, motion_anchor_ori_b):
     for k in range(6):
         out[i, col + k] = motion_anchor_ori_b[i, k]
+
+
+@observation(size=6, mirror="rotation_columns")
+def motion_body_ori_b(
+    i, out, col, motion_frame, body_quat_w, motion_body_quat_w, body: Body = ANCHOR_BODY
+):
+    """The clip's orientation of ``body`` in the robot's ``body`` frame (first two columns of
+    the rotation matrix): with ``body: pelvis``, what the pelvis IMU's orientation and the
+    reference give a robot-side program."""
+    f, b = motion_frame[i], body
+    ow, ox, oy, oz = quat_mul(
+        body_quat_w[i, b, 0],
+        -body_quat_w[i, b, 1],
+        -body_quat_w[i, b, 2],
+        -body_quat_w[i, b, 3],
+        motion_body_quat_w[f, b, 0],
+        motion_body_quat_w[f, b, 1],
+        motion_body_quat_w[f, b, 2],
+        motion_body_quat_w[f, b, 3],
+    )
+    m = matrix_first_two_columns(ow, ox, oy, oz)
+    for k in range(6):
+        out[i, col + k] = m[k]
 
 
 @numba.njit(inline="always")

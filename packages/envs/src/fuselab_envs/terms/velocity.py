@@ -21,7 +21,7 @@ def track_ang_vel_z_exp(i, command, base_ang_vel_b, std: PositiveFloat = 0.5):
     return math.exp(-(ez * ez) / (std * std))
 
 
-@observation(size=3)
+@observation(size=3, mirror="velocity_command")
 def velocity_command(i, out, col, command):
     for k in range(3):
         out[i, col + k] = command[i, k]

@@ -1,0 +1,112 @@
+"""``uniform_velocity``: body-frame velocity commands (vx, vy in m/s, wz in rad/s) per env.
+
+Commands are drawn uniformly in their ranges and drawn again every ``resample_s``; a
+``standing_fraction`` of them is zero, a ``turning_fraction`` turns in place (vx = vy = 0), a
+``straight_fraction`` walks without turning (wz = 0); a ``heading_fraction`` of the others steer
+to a heading drawn in [-pi, pi) instead of holding a yaw rate (mjlab's heading commands):
+wz = ``heading_stiffness`` x heading error, clipped to ``ang_vel_z``, every step. Terms read the
+command as the state buffer ``command`` (N, 3).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fuselab_env_core.commands import Command, CommandContext, command
+from fuselab_env_core.ranges import Fraction, Interval, PositiveFloat
+from fuselab_env_core.rotations import np_wrap_angle, np_yaw
+
+
+@command("uniform_velocity")
+class UniformVelocityCommand(Command):
+    def __init__(
+        self,
+        context: CommandContext,
+        resample_s: PositiveFloat = 4.0,
+        standing_fraction: Fraction = 0.1,
+        turning_fraction: Fraction = 0.0,
+        straight_fraction: Fraction = 0.0,
+        heading_fraction: Fraction = 0.0,
+        heading_stiffness: PositiveFloat = 0.5,  # rad/s of wz per rad of heading error
+        lin_vel_x: Interval = (-1.0, 1.0),  # m/s
+        lin_vel_y: Interval = (-0.5, 0.5),  # m/s
+        ang_vel_z: Interval = (-1.0, 1.0),  # rad/s
+    ):
+        shares = (standing_fraction, turning_fraction, straight_fraction)
+        if sum(shares) > 1.0:
+            where = context.where
+            raise ValueError(
+                f"{where}.standing_fraction + {where}.turning_fraction + "
+                f"{where}.straight_fraction: expected <= 1, got {' + '.join(map(str, shares))}"
+            )
+        n = context.num_envs
+        self.resample_s, self.heading_stiffness = resample_s, heading_stiffness
+        self.standing_fraction, self.turning_fraction = standing_fraction, turning_fraction
+        self.straight_fraction, self.heading_fraction = straight_fraction, heading_fraction
+        self.ranges = (lin_vel_x, lin_vel_y, ang_vel_z)
+        self.command = np.zeros((n, 3), np.float32)
+        self.state = {"command": self.command}
+        self.steering = np.zeros(n, np.bool_)  # the commands that steer to a heading
+        self.heading_target = np.zeros(n, np.float32)  # their headings (rad, world frame)
+        self._resample_steps = max(1, round(resample_s / context.step_dt))
+        self._steps_to_resample = np.zeros(n, np.int32)
+
+    def reset(self, env, env_ids, qpos, qvel):
+        self.resample(env.rng, env_ids)
+        steering = self.steering[env_ids]
+        if steering.any():
+            rows = env_ids[steering]
+            error = np_wrap_angle(self.heading_target[rows] - np_yaw(qpos[steering, 3:7]))
+            self.command[rows, 2] = self._steer(error)
+
+    def advance(self, env):
+        self._steps_to_resample -= 1
+        due = np.flatnonzero(self._steps_to_resample <= 0)
+        if due.size:
+            self.resample(env.rng, due)
+        if self.heading_fraction > 0.0:
+            error = np_wrap_angle(self.heading_target - np_yaw(env.robot.qpos[:, 3:7]))
+            np.copyto(self.command[:, 2], self._steer(error), where=self.steering)
+
+    def resample(self, rng: np.random.Generator, env_ids: np.ndarray) -> None:
+        k = len(env_ids)
+        for axis, (low, high) in enumerate(self.ranges):
+            self.command[env_ids, axis] = rng.uniform(low, high, k)
+        # kind below standing_fraction: stand; in the next turning_fraction: turn in place; in
+        # the next straight_fraction: walk straight; above: walk and turn
+        kind = rng.random(k)
+        turning = self.standing_fraction + self.turning_fraction
+        straight = turning + self.straight_fraction
+        self.command[env_ids[kind < turning], :2] = 0.0
+        holds_yaw = (kind < self.standing_fraction) | ((kind >= turning) & (kind < straight))
+        self.command[env_ids[holds_yaw], 2] = 0.0
+        if self.heading_fraction > 0.0:  # (drawn only then: without it the stream is unchanged)
+            walking = kind >= straight
+            self.steering[env_ids] = walking & (rng.random(k) < self.heading_fraction)
+            self.heading_target[env_ids] = rng.uniform(-np.pi, np.pi, k)
+        self._steps_to_resample[env_ids] = self._resample_steps
+
+    def hold(self, commands: np.ndarray) -> None:
+        """Hold ``commands`` (N, 3) from now on: no resampling, no heading steering (what an
+        evaluation or a joystick does)."""
+        self.command[:] = commands
+        self._steps_to_resample[:] = np.iinfo(np.int32).max
+        self.steering[:] = False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "velocity",
+            "layout": ["lin_vel_x_mps", "lin_vel_y_mps", "ang_vel_z_radps"],
+            "frame": "base (heading of the pelvis)",
+            "ranges": {
+                "lin_vel_x": list(self.ranges[0]),
+                "lin_vel_y": list(self.ranges[1]),
+                "ang_vel_z": list(self.ranges[2]),
+            },
+        }
+
+    def _steer(self, heading_error: np.ndarray) -> np.ndarray:
+        """The yaw-rate command that turns toward the heading: proportional, within ang_vel_z."""
+        return np.clip(self.heading_stiffness * heading_error, *self.ranges[2])
