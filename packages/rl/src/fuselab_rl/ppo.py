@@ -40,6 +40,7 @@ from fuselab_env_core.ranges import (
 )
 from fuselab_rl import distributed
 from fuselab_rl.episode_stats import EpisodeStats
+from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import ACTIVATIONS, ActorCritic
 from fuselab_rl.storage import MiniBatch, RolloutStorage
 from fuselab_rl.threads import ThreadBudget
@@ -76,12 +77,23 @@ class PPOCfg(Section):
     smoothness_coef: NonNegativeFloat = 0.0
     spatial_smoothness_coef: NonNegativeFloat = 0.0
     clip_actions: PositiveFloat | None = None
+    # augment: every mini-batch also learns from its samples mirrored left-right (rsl_rl's
+    # symmetry augmentation: observations and actions mirrored, the same advantages, returns
+    # and old log-probabilities), for a task whose robot and terms declare their mirror
+    symmetry: Literal["none", "augment"] = "none"
 
     @classmethod
     def from_config(cls, algo: DictConfig) -> PPOCfg:
         values = OmegaConf.to_container(algo, resolve=True)
         assert isinstance(values, dict)
-        own = {str(k): v for k, v in values.items() if k not in ("name", "policy")}
+        unsized = auto_keys(values)
+        if unsized:
+            raise ValueError(
+                f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
+                "starts (choose_learner_sizes); here expected a value"
+            )
+        skip = ("name", "policy", *TABLES)
+        own = {str(k): v for k, v in values.items() if k not in skip}
         return build_section(cls, own)
 
 
@@ -134,14 +146,76 @@ def compute_gae(
     return advantages + values, advantages
 
 
+@dataclass(frozen=True)
+class Mirrors:
+    """Left-right mirrors (column permutation, sign) of actor and critic observations and of
+    actions, on the learner's device."""
+
+    actor: tuple[torch.Tensor, torch.Tensor]
+    critic: tuple[torch.Tensor, torch.Tensor]
+    actions: tuple[torch.Tensor, torch.Tensor]
+
+    @classmethod
+    def of_env(cls, env: Any, device: torch.device) -> Mirrors:
+        def tensors(mirror: tuple[np.ndarray, np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+            perm, sign = mirror
+            return torch.as_tensor(perm, device=device), torch.as_tensor(sign, device=device)
+
+        return cls(
+            tensors(env.observation_mirror("actor")),
+            tensors(env.observation_mirror("critic")),
+            tensors(env.action_mirror()),
+        )
+
+    def augment(self, batch: MiniBatch) -> MiniBatch:
+        """The batch followed by its mirror image (advantages, returns, old values and old
+        log-probabilities shared)."""
+
+        def both(x: torch.Tensor, mirror: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+            perm, sign = mirror
+            return torch.cat([x, x[:, perm] * sign])
+
+        def twice(x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, x])
+
+        return MiniBatch(
+            actor_obs=both(batch.actor_obs, self.actor),
+            critic_obs=both(batch.critic_obs, self.critic),
+            actions=both(batch.actions, self.actions),
+            old_log_probs=twice(batch.old_log_probs),
+            old_values=twice(batch.old_values),
+            old_mean=both(batch.old_mean, self.actions),
+            old_std=torch.cat([batch.old_std, batch.old_std[:, self.actions[0]]]),
+            returns=twice(batch.returns),
+            advantages=twice(batch.advantages),
+            steps=None,
+            dones=None,
+        )
+
+
 class PPO:
     """The update: epochs of mini-batches over one rollout."""
 
     def __init__(
-        self, policy: ActorCritic, cfg: PPOCfg, actor_noise_std: torch.Tensor | None = None
+        self,
+        policy: ActorCritic,
+        cfg: PPOCfg,
+        actor_noise_std: torch.Tensor | None = None,
+        mirrors: Mirrors | None = None,
     ):
         """``actor_noise_std``: the std of the env's noise on each actor observation column,
-        which the spatial smoothness term perturbs the observations with."""
+        which the spatial smoothness term perturbs the observations with; ``mirrors``: the
+        env's left-right mirrors, which ``symmetry: augment`` needs."""
+        if cfg.symmetry == "augment" and mirrors is None:
+            raise ValueError("algo.symmetry: 'augment' needs the env's left-right mirrors")
+        if cfg.symmetry == "augment" and (
+            cfg.smoothness_coef > 0 or cfg.spatial_smoothness_coef > 0
+        ):
+            raise ValueError(
+                "algo.symmetry: 'augment' does not combine with the smoothness terms; accepted "
+                "with them: none"
+            )
+        self.mirrors = mirrors if cfg.symmetry == "augment" else None
         if cfg.spatial_smoothness_coef > 0.0 and (
             actor_noise_std is None or not bool(actor_noise_std.any())
         ):
@@ -211,6 +285,8 @@ class PPO:
         for batch in storage.mini_batches(
             cfg.num_mini_batches, cfg.num_learning_epochs, generator, whole_envs=smoothing
         ):
+            if self.mirrors is not None:
+                batch = self.mirrors.augment(batch)
             dist = self.policy.distribution(batch.actor_obs)
             log_probs = dist.log_prob(batch.actions).sum(-1)
             values = self.policy.value(batch.critic_obs)
@@ -358,6 +434,8 @@ class PPOTrainer:
         from fuselab_envs.registry import make_env
 
         self.cfg, self.device, self.threads, self.run_dir = cfg, device, threads, run_dir
+        chosen = choose_learner_sizes(cfg, device)
+        log.info("PPO sizes, %s", describe_sizes(cfg, chosen, device))
         self.algo = PPOCfg.from_config(cfg.algo)
         network = network_kwargs(cfg.algo)  # checked before the env is built
         started = time.perf_counter()
@@ -365,7 +443,7 @@ class PPOTrainer:
         self.num_envs = self.env.num_envs
         obs = self.env.reset_all()
         actor_dim, critic_dim = obs["actor"].shape[1], obs["critic"].shape[1]
-        self.action_dim = self.env.backend.model.nu
+        self.action_dim = self.env.action_dim
         log.info(
             "env %s: %d envs on %s, actor obs %d, critic obs %d, actions %d (%.1f ms)",
             cfg.task_name,
@@ -402,7 +480,8 @@ class PPOTrainer:
         if self.algo.spatial_smoothness_coef > 0.0:
             std = self.env.terms.observation_noise_std("actor")
             actor_noise_std = torch.as_tensor(std, device=device)
-        self.ppo = PPO(self.policy, self.algo, actor_noise_std)
+        mirrors = Mirrors.of_env(self.env, device) if self.algo.symmetry == "augment" else None
+        self.ppo = PPO(self.policy, self.algo, actor_noise_std, mirrors)
         self.storage = RolloutStorage(
             self.algo.num_steps_per_env,
             self.num_envs,
@@ -507,9 +586,7 @@ class PPOTrainer:
         return network.policy(PPOCfg.from_config(algo).clip_actions)
 
     def close(self) -> None:
-        backend_close = getattr(self.env.backend, "close", None)
-        if backend_close is not None:
-            backend_close()
+        self.env.close()
 
     # -- collection ------------------------------------------------------------------------------
 
