@@ -1,14 +1,17 @@
-"""Command line: ``fuselab-train``, ``fuselab-play``, ``fuselab-eval`` and ``fuselab-list``.
+"""Command line: ``fuselab-train``, ``fuselab-play``, ``fuselab-eval``, ``fuselab-sim2sim`` and
+``fuselab-list``.
 
     fuselab-train task=g1_walk_flat algo=ppo num_envs=1024 max_iterations=500
     fuselab-train resume=runs/g1_walk_flat/2025-01-01_12-00-00 max_iterations=500
     fuselab-play run=runs/g1_walk_flat/2025-01-01_12-00-00 video=true steps=500
     fuselab-eval run=runs/g1_walk_flat/2025-01-01_12-00-00 num_envs=256 json=eval.json
+    fuselab-sim2sim run=runs/g1_walk_flat/2025-01-01_12-00-00 physics_dt=0.001
     fuselab-list
 
-``fuselab-train``, ``fuselab-play`` and ``fuselab-eval`` are Hydra apps (``--help``, ``--cfg
-job``, overrides); their configs are ``configs/train.yaml`` (composed with fuselab_envs' task
-configs), ``configs/play.yaml`` and ``configs/eval.yaml``. A mistake in the config (an unknown
+``fuselab-train``, ``fuselab-play``, ``fuselab-eval`` and ``fuselab-sim2sim`` are Hydra apps
+(``--help``, ``--cfg job``, overrides); their configs are ``configs/train.yaml`` (composed with
+fuselab_envs' task configs), ``configs/play.yaml``, ``configs/eval.yaml`` and
+``configs/sim2sim.yaml``. A mistake in the config (an unknown
 key, a missing checkpoint, a value out of range) prints one line that names it and exits with
 status 2; set ``HYDRA_FULL_ERROR=1`` for the traceback.
 """
@@ -136,12 +139,45 @@ def evaluate(cfg: DictConfig) -> None:
     try:
         field = _source_field(cfg)
         report = run_evaluate(
-            cfg[field], num_envs=cfg.num_envs, seconds=cfg.seconds, seed=cfg.seed, field_name=field
+            cfg[field],
+            num_envs=cfg.num_envs,
+            seconds=cfg.seconds,
+            seed=cfg.seed,
+            events=cfg.events,
+            push=cfg.push,
+            field_name=field,
         )
     except USAGE_ERRORS as error:
         fail(error)
         return
     sys.stdout.write(format_report(report))
+    if cfg.json is not None:
+        log.info("report: %s", write_report(report, cfg.json))
+
+
+@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="sim2sim")
+def sim2sim(cfg: DictConfig) -> None:
+    """Run a run's policy.onnx in a plain MuJoCo loop (run=DIR, mjcf=, physics_dt=): fuselab-eval's
+    table on stdout, the report as JSON with json=PATH."""
+    configure_logging()
+    from fuselab_rl.evaluate import format_report, write_report
+    from fuselab_rl.sim2sim import sim2sim as run_sim2sim
+
+    try:
+        if cfg.run is None:
+            raise ValueError("run: expected a run directory (with policy.onnx and config.yaml)")
+        report = run_sim2sim(
+            cfg.run,
+            mjcf=cfg.mjcf,
+            physics_dt=cfg.physics_dt,
+            seconds=cfg.seconds,
+            num_envs=cfg.num_envs,
+            seed=cfg.seed,
+        )
+    except USAGE_ERRORS as error:
+        fail(error)
+        return
+    sys.stdout.write(format_report({**report, "checkpoint": report["run"], "iteration": "-"}))
     if cfg.json is not None:
         log.info("report: %s", write_report(report, cfg.json))
 

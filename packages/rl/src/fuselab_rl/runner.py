@@ -180,6 +180,7 @@ class TrainingHandle:
     stop_signal: int | None = None  # the signal that stopped the last ``train``, if one did
     ranks: Ranks = SINGLE  # under torchrun, rank 0 alone writes the run directory
     _writer: Any = None
+    _deploy: Any = None  # (deploy document, clip tables or None), made at the first export
 
     def train(self, iterations: int | None = None) -> dict[str, float]:
         """Run ``iterations`` more iterations (default ``max_iterations``); checkpoint every
@@ -264,11 +265,19 @@ class TrainingHandle:
         return f"checkpoint of iteration {self.saved_iteration} saved: {self.last_checkpoint}"
 
     def export(self) -> Path:
+        """policy.onnx with its deploy metadata (fuselab_rl.deploy), made from the run's config
+        once, at the first export."""
+        from fuselab_rl.deploy import metadata_of_config
         from fuselab_rl.export import export_onnx
 
+        if self._deploy is None:
+            self._deploy = metadata_of_config(self.cfg)
+        metadata, clip = self._deploy
         policy = self.trainer.export_policy()
         obs_dim = _input_dim(policy)
-        return export_onnx(policy, obs_dim, self.run_dir / "policy.onnx")
+        return export_onnx(
+            policy, obs_dim, self.run_dir / "policy.onnx", metadata=metadata, clip=clip
+        )
 
     def plot(self) -> Path | None:
         from fuselab_rl.plot import plot_metrics

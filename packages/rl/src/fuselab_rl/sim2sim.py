@@ -1,0 +1,303 @@
+"""fuselab-sim2sim: run an exported ``policy.onnx`` in a plain MuJoCo loop, as a robot-side
+program would, and measure it the way fuselab-eval does.
+
+Nothing of the training env runs here: each env is one ``mujoco.MjData`` of the robot's MJCF
+(the run's, or another G1 model given with ``mjcf=``: joints matched by name), stepped by
+``mujoco.mj_step``; the policy's inputs come from :mod:`fuselab_rl.robot_observations` (which
+imports neither fuselab_env_core nor the task code) following the deploy document in the
+file's metadata, and its outputs become joint targets from the same document. Position
+actuators take the targets as controls; with torque (motor) actuators, as on a real G1's
+low-level interface, the loop runs the PD law of the document's kp and kd itself at every
+physics step and clips to the actuators' ranges. ``physics_dt`` changes the physics time step
+while the control rate stays the policy's (decimation = control dt / physics dt).
+
+Walk policies: every env holds one command of fuselab-eval's (forward, backward, lateral,
+turning, standing; same ranges, same seed), measured after 1 s of settling: RMS planar velocity
+and yaw-rate errors and falls, overall and per kind. Tracking policies: the clip from its first
+frame: success (no failure by the task's own failure rules) and MPKPE of the tracked bodies.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import mujoco
+import numpy as np
+from omegaconf import OmegaConf
+
+from fuselab_rl.deploy import DeployedPolicy, load_deployed
+from fuselab_rl.robot_observations import ObservationBuilder, RobotState, joint_columns
+
+log = logging.getLogger(__name__)
+
+SETTLE_S = 1.0
+
+
+class Robot:
+    """One MjData of the robot and what maps the policy onto it."""
+
+    def __init__(self, model: Any, policy: DeployedPolicy, decimation: int):
+        doc = policy.doc
+        self.model, self.policy, self.decimation = model, policy, decimation
+        self.data = mujoco.MjData(model)
+        joints = doc["joints"]["names"]
+        self.joint_qpos, self.joint_qvel = joint_columns(model, joints)
+        action_joints = doc["actions"]["joints"]
+        self.action_qpos, self.action_qvel = joint_columns(model, action_joints)
+        index = {name: k for k, name in enumerate(joints)}
+        self.kp = np.array([doc["joints"]["kp"][index[n]] for n in action_joints])
+        self.kd = np.array([doc["joints"]["kd"][index[n]] for n in action_joints])
+        self.scale = np.asarray(doc["actions"]["scale"])
+        self.offset = np.asarray(doc["actions"]["offset"])
+        self.actuators, self.motors = _actuators_of(model, action_joints)
+        self.observe = ObservationBuilder(doc)
+        self.last_action = np.zeros(len(action_joints), np.float32)
+
+    def reset(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
+        mujoco.mj_resetData(self.model, self.data)
+        self.data.qpos[:] = qpos
+        self.data.qvel[:] = qvel
+        mujoco.mj_forward(self.model, self.data)
+        self.observe.reset()
+        self.last_action[:] = 0.0
+
+    def state(self, **inputs: Any) -> RobotState:
+        return RobotState(self.data, self.joint_qpos, self.joint_qvel, self.last_action, **inputs)
+
+    def act(self, action: np.ndarray) -> None:
+        """One control step: the action's joint targets held for ``decimation`` physics steps."""
+        self.last_action = action.astype(np.float32)
+        target = self.offset + self.scale * action
+        for _ in range(self.decimation):
+            if self.motors:
+                q, qd = self.data.qpos[self.action_qpos], self.data.qvel[self.action_qvel]
+                torque = self.kp * (target - q) - self.kd * qd
+                low, high = self.model.actuator_ctrlrange[self.actuators].T
+                self.data.ctrl[self.actuators] = np.clip(torque, low, high)
+            else:
+                self.data.ctrl[self.actuators] = target
+            mujoco.mj_step(self.model, self.data)
+        mujoco.mj_kinematics(self.model, self.data)  # body poses of the current state
+
+
+def sim2sim(
+    run: str | Path,
+    *,
+    mjcf: str | None = None,
+    physics_dt: float | None = None,
+    seconds: float = 10.0,
+    num_envs: int = 50,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Run ``run``'s policy.onnx in plain MuJoCo (see the module docstring); the report."""
+    run = Path(run)
+    policy = load_deployed(run / "policy.onnx")
+    config = OmegaConf.load(run / "config.yaml")
+    doc = policy.doc
+    model = _load_model(mjcf, config)
+    control_dt = float(doc["control_dt"])
+    if physics_dt is not None:
+        model.opt.timestep = physics_dt
+    decimation = round(control_dt / model.opt.timestep)
+    if decimation < 1 or not math.isclose(
+        decimation * model.opt.timestep, control_dt, rel_tol=1e-6
+    ):
+        raise ValueError(
+            f"physics_dt: {model.opt.timestep} does not divide the policy's control dt {control_dt}"
+        )
+    started = time.perf_counter()
+    kinds = {c.get("kind") for c in doc["commands"].values()}
+    if "velocity" in kinds:
+        metrics = _walk(model, policy, config, decimation, seconds, num_envs, seed)
+    elif "motion" in kinds:
+        metrics = _track(model, policy, config, decimation)
+    else:
+        raise ValueError(
+            f"run: {run} is a {doc['task']} policy; sim2sim measures walk and tracking"
+        )
+    log.info("sim2sim %s: %.1f s", run, time.perf_counter() - started)
+    return {
+        "task": doc["task"],
+        "run": str(run),
+        "mjcf": mjcf or "the run's",
+        "physics_dt": float(model.opt.timestep),
+        "decimation": decimation,
+        "num_envs": num_envs,
+        "seconds": seconds,
+        "metrics": metrics,
+    }
+
+
+def _walk(model, policy, config, decimation, seconds, num_envs, seed) -> dict[str, Any]:
+    from fuselab_rl.evaluate import (
+        COMMAND_KINDS,
+        VelocityErrors,
+        heading_frame_velocity,
+        walk_commands,
+    )
+
+    ranges = next(c["ranges"] for c in policy.doc["commands"].values() if c["kind"] == "velocity")
+    commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(seed))
+    robots = [Robot(model, policy, decimation) for _ in range(num_envs)]
+    qpos0, qvel0 = _initial_state(model, policy.doc)
+    for robot in robots:
+        robot.reset(qpos0, qvel0)
+    errors, fallen = VelocityErrors(commands), np.zeros(num_envs, np.bool_)
+    tilt = _fall_tilt(config)
+    steps = round((SETTLE_S + seconds) / policy.doc["control_dt"])
+    settle = round(SETTLE_S / policy.doc["control_dt"])
+    for step in range(steps):
+        obs = np.stack([r.observe(r.state(command=commands[k])) for k, r in enumerate(robots)])
+        actions = policy.act(obs)
+        for k, robot in enumerate(robots):
+            if not fallen[k]:
+                robot.act(actions[k])
+        qpos = np.stack([r.data.qpos[:7] for r in robots])
+        qvel = np.stack([r.data.qvel[:6] for r in robots])
+        up = 1.0 - 2.0 * (qpos[:, 4] ** 2 + qpos[:, 5] ** 2)  # z of the base's up axis
+        fallen |= up < math.cos(tilt)
+        if step >= settle:
+            planar, yaw_rate = heading_frame_velocity(qpos, qvel)
+            errors.add(planar, yaw_rate, np.flatnonzero(~fallen))
+    report = {"overall": errors.summary(np.arange(num_envs), fallen)}
+    for k, kind in enumerate(COMMAND_KINDS):
+        report[kind] = errors.summary(np.flatnonzero(kinds == k), fallen)
+    return report
+
+
+def _track(model, policy, config, decimation) -> dict[str, Any]:
+    doc = policy.doc
+    motion = next(c for c in doc["commands"].values() if c["kind"] == "motion")
+    bodies = motion["bodies"]
+    body_ids = {name: mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, name) for name in bodies}
+    robot = Robot(model, policy, decimation)
+    frames = int(motion["frames"])
+    reference = policy.reference(np.arange(frames))
+    robot.reset(*_reference_state(model, doc, reference, body_ids))
+    rules = _tracking_rules(config, bodies)
+    errors, failed = [], False
+    for frame in range(frames - 1):
+        at = {k: v[frame] for k, v in reference.items()}
+        obs = robot.observe(robot.state(reference=at, body_ids=body_ids))
+        robot.act(policy.act(obs[None], np.array([frame]))[0])
+        scored = {k: v[frame] for k, v in reference.items()}  # the env scores against frame f
+        position = np.stack([robot.data.xpos[body_ids[n]] for n in bodies])
+        errors.append(np.linalg.norm(position - scored["ref_body_pos_w"], axis=-1).mean())
+        if _failed(robot.data, scored, body_ids, bodies, rules):
+            failed = True
+            break
+    return {
+        "from_first_frame": {
+            "success_rate": 0.0 if failed else 1.0,
+            "mpkpe_mm": 1e3 * float(np.mean(errors)),
+            "frames_tracked": len(errors),
+            "frames": frames - 1,
+        }
+    }
+
+
+def _load_model(mjcf: str | None, config) -> Any:
+    if mjcf is None:
+        from fuselab_envs.robots import robot
+
+        path = config.robot.mjcf or robot(config.robot.name).model()
+    else:
+        path = Path(mjcf).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"mjcf: no MJCF file at {str(path)!r}")
+    return mujoco.MjModel.from_xml_path(str(path))
+
+
+def _actuators_of(model: Any, joints: list[str]) -> tuple[np.ndarray, bool]:
+    """The actuator of each joint (by its transmission) and whether they are motors (no
+    position feedback of their own: the loop runs the PD law)."""
+    ids = []
+    for name in joints:
+        joint = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        found = [
+            a
+            for a in range(model.nu)
+            if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT
+            and model.actuator_trnid[a, 0] == joint
+        ]
+        if not found:
+            raise ValueError(f"mjcf: no actuator drives joint {name!r}")
+        ids.append(found[0])
+    ids = np.array(ids, np.int64)
+    motors = bool(np.all(model.actuator_biastype[ids] == mujoco.mjtBias.mjBIAS_NONE))
+    return ids, motors
+
+
+def _initial_state(model: Any, doc: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    qpos = model.qpos0.copy()
+    initial = doc.get("initial_state") or {}
+    if "base_pos" in initial:
+        qpos[0:3] = initial["base_pos"]
+        qpos[3:7] = [1.0, 0.0, 0.0, 0.0]
+    qpos_cols, _ = joint_columns(model, doc["joints"]["names"])
+    qpos[qpos_cols] = doc["joints"]["default_pos"]
+    return qpos, np.zeros(model.nv)
+
+
+def _reference_state(model, doc, reference, body_ids) -> tuple[np.ndarray, np.ndarray]:
+    """The robot on the clip at frame 0 (root velocity from the first two frames)."""
+    qpos, qvel = model.qpos0.copy(), np.zeros(model.nv)
+    root = 0  # the tracked bodies start with the root (the pelvis)
+    qpos[0:3] = reference["ref_body_pos_w"][0, root]
+    qpos[3:7] = reference["ref_body_quat_w"][0, root]
+    qpos_cols, qvel_cols = joint_columns(model, doc["joints"]["names"])
+    qpos[qpos_cols] = reference["ref_joint_pos"][0]
+    qvel[qvel_cols] = reference["ref_joint_vel"][0]
+    qvel[0:3] = (reference["ref_body_pos_w"][1, root] - qpos[0:3]) / doc["control_dt"]
+    return qpos, qvel
+
+
+def _fall_tilt(config) -> float:
+    """The task's fall rule: the base tilted past this angle (its bad_orientation term)."""
+    for spec in (config.get("terminations") or {}).values():
+        if spec is not None and spec.get("term") == "bad_orientation":
+            return float((spec.get("params") or {}).get("limit_angle_rad", 1.0))
+    return 1.0
+
+
+def _tracking_rules(config, bodies: list[str]) -> dict[str, Any]:
+    """The task's failure rules (anchor height, anchor tilt, end-effector height)."""
+    rules: dict[str, Any] = {}
+    for spec in (config.get("terminations") or {}).values():
+        if spec is None:
+            continue
+        params = OmegaConf.to_container(spec.get("params") or {}, resolve=True)
+        assert isinstance(params, dict)
+        rules[spec.get("term")] = params
+    return rules
+
+
+def _failed(data, ref, body_ids, bodies, rules) -> bool:
+    """Whether the robot broke one of the task's failure rules at this frame (its
+    motion_anchor_height_error, motion_anchor_ori_error and motion_body_height_error terms)."""
+    index = {name: k for k, name in enumerate(bodies)}
+
+    def height_error(body: str) -> float:
+        return abs(ref["ref_body_pos_w"][index[body], 2] - data.xpos[body_ids[body]][2])
+
+    def up(q: np.ndarray) -> float:  # z of the body's up axis
+        return 1.0 - 2.0 * (q[1] ** 2 + q[2] ** 2)
+
+    rule = rules.get("motion_anchor_height_error")
+    if rule is not None and (
+        height_error(rule.get("anchor_body", "torso_link")) > rule.get("threshold_m", 0.25)
+    ):
+        return True
+    if (rule := rules.get("motion_anchor_ori_error")) is not None:
+        body = rule.get("anchor_body", "torso_link")
+        tilt = abs(up(ref["ref_body_quat_w"][index[body]]) - up(data.xquat[body_ids[body]]))
+        if tilt > rule.get("threshold", 0.8):
+            return True
+    if (rule := rules.get("motion_body_height_error")) is not None:
+        threshold = rule.get("threshold_m", 0.25)
+        return any(height_error(body) > threshold for body in rule.get("bodies", []))
+    return False
