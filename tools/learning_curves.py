@@ -1,10 +1,16 @@
-"""Learning curves of fuselab-eval metrics against training wall-clock minutes.
+"""Learning curves of fuselab-eval metrics against training minutes and env steps, for one run
+or several side by side (seeds, algorithms), and when each reached its goals.
 
-Evaluates every checkpoint of a run (``model_<iteration>.pt``, each holding the training time it
-was saved at) with :func:`fuselab_rl.evaluate.evaluate`, then plots the task's headline metrics
-against minutes and writes the table as JSON beside the PNG:
+Evaluates every checkpoint of each run (``model_<iteration>.pt``, each holding the training
+time and env steps it was saved at) with :func:`fuselab_rl.evaluate.evaluate`, keeps the
+reports in ``<run>/curves.json`` (a later call evaluates only checkpoints it has not seen with
+the same options), plots the task's headline metrics against minutes (top row) and env steps
+(bottom row), one line per run, and prints, for each run, the first checkpoint at which every
+goal holds (iteration, minutes, env steps) and the machine's PPO iterations per minute:
 
-    python tools/learning_curves.py runs/g1_walk_flat/<date_time> -o docs/figures/walk_curves.png
+    python tools/learning_curves.py runs/g1_walk_flat/<date_time> -o docs/figures/walk.png
+    python tools/learning_curves.py RUN_A RUN_B RUN_C --labels seed0 seed1 seed2 -o seeds.png
+    python tools/learning_curves.py RUN --events train --push 0.5 -o robust.png
 """
 
 from __future__ import annotations
@@ -15,25 +21,27 @@ import logging
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
-from fuselab_rl.evaluate import evaluate
+from fuselab_rl.evaluate import MOTION, VELOCITY, evaluate
 
 log = logging.getLogger("learning_curves")
 
-# task -> (metric group, metric, label, goal) of each panel
+# metric group, metric, label, goal, whether lower is better: a task's panels, by its command
 PANELS = {
-    "g1_walk_flat": [
-        ("overall", "lin_vel_rms_mps", "RMS planar velocity error (m/s)", 0.25),
-        ("overall", "yaw_rate_rms_radps", "RMS yaw-rate error (rad/s)", 0.35),
-        ("overall", "fall_fraction", "falls in 10 s (fraction)", 0.02),
+    VELOCITY: [
+        ("overall", "lin_vel_rms_mps", "RMS planar velocity error (m/s)", 0.25, True),
+        ("overall", "yaw_rate_rms_radps", "RMS yaw-rate error (rad/s)", 0.35, True),
+        ("overall", "fall_fraction", "falls in 10 s (fraction)", 0.02, True),
     ],
-    "g1_motion_tracking": [
-        ("from_first_frame", "success_rate", "success, whole clip (fraction)", 0.9),
-        ("from_first_frame", "mpkpe_mm", "MPKPE (mm)", 60.0),
-        ("from_spread_starts", "success_rate", "success, spread starts (fraction)", 0.9),
+    MOTION: [
+        ("from_first_frame", "success_rate", "success, whole clip (fraction)", 0.9, False),
+        ("from_first_frame", "mpkpe_mm", "MPKPE (mm)", 60.0, True),
+        ("from_spread_starts", "success_rate", "success, spread starts (fraction)", 0.9, False),
     ],
 }
 CHECKPOINT = re.compile(r"^model_(\d+)\.pt$")
+CACHE = "curves.json"
 
 
 def checkpoints(run_dir: Path, every: int) -> list[Path]:
@@ -43,34 +51,94 @@ def checkpoints(run_dir: Path, every: int) -> list[Path]:
     return [path for k, (_, path) in enumerate(found) if k % every == 0 or k == len(found) - 1]
 
 
-def curves(run_dir: Path, num_envs: int, every: int) -> list[dict]:
+def curves(run_dir: Path, options: dict[str, Any], every: int) -> list[dict]:
+    """The reports of the run's checkpoints (cached in the run directory by options)."""
+    cache_path = run_dir / CACHE
+    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
+    key = json.dumps(options, sort_keys=True)
+    seen = {r["checkpoint"]: r for r in cache.get(key, [])}
     reports = []
     for path in checkpoints(run_dir, every):
-        report = evaluate(path, num_envs=num_envs, field_name="checkpoint")
+        report = seen.get(str(path))
+        if report is None:
+            report = evaluate(path, field_name="checkpoint", **options)
+            log.info("%s: %s", path.name, json.dumps(report["metrics"]))
         reports.append(report)
-        log.info("%s: %s", path.name, json.dumps(report["metrics"]))
+    cache[key] = sorted(
+        {r["checkpoint"]: r for r in [*seen.values(), *reports]}.values(),
+        key=lambda r: r["iteration"],
+    )
+    cache_path.write_text(json.dumps(cache, indent=1) + "\n")
     return reports
 
 
-def plot(reports: list[dict], out: Path, title: str) -> None:
+def panels_of(reports: list[dict]) -> list[tuple]:
+    return PANELS[VELOCITY if "overall" in reports[0]["metrics"] else MOTION]
+
+
+def meets(report: dict, panel: tuple) -> bool:
+    group, metric, _, goal, lower = panel
+    value = report["metrics"][group][metric]
+    return value <= goal if lower else value >= goal
+
+
+def first_at_goal(reports: list[dict]) -> dict[str, Any]:
+    """The first checkpoint at which each goal, and every goal at once, holds."""
+    panels = panels_of(reports)
+    found: dict[str, Any] = {}
+    for name, test in [
+        *((p[1], lambda r, p=p: meets(r, p)) for p in panels),
+        ("all goals", lambda r: all(meets(r, p) for p in panels)),
+    ]:
+        hit = next((r for r in reports if test(r)), None)
+        found[name] = (
+            None
+            if hit is None
+            else {
+                "iteration": hit["iteration"],
+                "minutes": round((hit["train_wall_s"] or 0.0) / 60.0, 1),
+                "env_steps": hit["env_steps"],
+            }
+        )
+    last = reports[-1]
+    minutes = (last["train_wall_s"] or 0.0) / 60.0
+    found["iterations_per_minute"] = round(last["iteration"] / minutes, 2) if minutes else None
+    return found
+
+
+def plot(runs: dict[str, list[dict]], out: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = PANELS[reports[0]["task"]]
-    minutes = [(r["train_wall_s"] or 0.0) / 60.0 for r in reports]
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
-    for ax, (group, metric, label, goal) in zip(axes, panels, strict=True):
-        ax.plot(minutes, [r["metrics"][group][metric] for r in reports], marker="o")
-        if metric.startswith(("lin_vel", "yaw_rate")):
-            standing = [r["metrics"][group][f"standing_{metric}"] for r in reports]
-            ax.plot(minutes, standing, ls=":", color="grey", label="standing still")
-            ax.legend()
-        ax.axhline(goal, ls="--", color="green", lw=1)
-        ax.set_xlabel("training wall-clock (min)")
-        ax.set_title(label, fontsize=10)
-        ax.grid(alpha=0.3)
+    panels = panels_of(next(iter(runs.values())))
+    figure, axes = plt.subplots(2, len(panels), figsize=(4.2 * len(panels), 6.4), squeeze=False)
+    for row, (x_label, x_of) in enumerate(
+        [
+            ("training wall-clock (min)", lambda r: (r["train_wall_s"] or 0.0) / 60.0),
+            ("env steps (M)", lambda r: (r["env_steps"] or 0) / 1e6),
+        ]
+    ):
+        for ax, (group, metric, label, goal, _) in zip(axes[row], panels, strict=True):
+            for name, reports in runs.items():
+                xs = [x_of(r) for r in reports]
+                ax.plot(xs, [r["metrics"][group][metric] for r in reports], marker=".", label=name)
+            if metric.startswith(("lin_vel", "yaw_rate")):
+                reports = next(iter(runs.values()))
+                standing = [r["metrics"][group][f"standing_{metric}"] for r in reports]
+                ax.plot(
+                    [x_of(r) for r in reports],
+                    standing,
+                    ls=":",
+                    color="grey",
+                    label="standing still",
+                )
+            ax.axhline(goal, ls="--", color="green", lw=1)
+            ax.set_xlabel(x_label)
+            ax.set_title(label, fontsize=10)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
     figure.suptitle(title)
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -80,18 +148,38 @@ def plot(reports: list[dict], out: Path, title: str) -> None:
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dirs", type=Path, nargs="+")
     parser.add_argument("-o", "--out", type=Path, required=True, help="the PNG to write")
+    parser.add_argument("--labels", nargs="*", help="one per run (default: the run names)")
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--every", type=int, default=1, help="evaluate every k-th checkpoint")
+    parser.add_argument("--events", default="nominal", choices=("nominal", "train"))
+    parser.add_argument("--push", type=float, default=None, help="pushes of up to this, m/s")
     parser.add_argument("--title", default=None)
     args = parser.parse_args()
-    reports = curves(args.run_dir, args.num_envs, args.every)
-    if not reports:
-        sys.stderr.write(f"run_dir: no model_<iteration>.pt in {args.run_dir}\n")
+    labels = args.labels or [run.name for run in args.run_dirs]
+    if len(labels) != len(args.run_dirs):
+        sys.stderr.write(f"labels: {len(labels)} given for {len(args.run_dirs)} runs\n")
         return 2
-    args.out.with_suffix(".json").write_text(json.dumps(reports, indent=2) + "\n")
-    plot(reports, args.out, args.title or f"{reports[0]['task']}: {args.run_dir.name}")
+    options = {"num_envs": args.num_envs, "events": args.events, "push": args.push}
+    runs, goals = {}, {}
+    for label, run in zip(labels, args.run_dirs, strict=True):
+        reports = curves(run, options, args.every)
+        if not reports:
+            sys.stderr.write(f"run_dir: no model_<iteration>.pt in {run}\n")
+            return 2
+        runs[label], goals[label] = reports, first_at_goal(reports)
+    for label, found in goals.items():
+        sys.stdout.write(f"{label}: {json.dumps(found)}\n")
+    summary = {
+        "options": options,
+        "runs": {label: str(run) for label, run in zip(labels, args.run_dirs, strict=True)},
+        "first_at_goal": goals,
+        "reports": runs,
+    }
+    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+    task = next(iter(runs.values()))[0]["task"]
+    plot(runs, args.out, args.title or f"{task}: {', '.join(labels)}")
     log.info("wrote %s and %s", args.out, args.out.with_suffix(".json"))
     return 0
 
