@@ -134,9 +134,12 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
 # -- config ----------------------------------------------------------------------------------------
 
 
-def test_per_task_defaults_apply_and_a_command_line_value_wins():
+def test_a_tasks_algo_task_file_applies_and_a_command_line_value_wins():
     cartpole = FastSACConfig.from_cfg(helpers.compose("cartpole").algo)
-    assert (cartpole.batch_size, cartpole.actor_hidden_dims) == (256, (64, 64))
+    assert (cartpole.batch_size, cartpole.actor_hidden_dims) == (256, (64, 64))  # its own sizes
+    assert (cartpole.learning_starts, cartpole.target_entropy_scale) == (16, 1.0)
+    walk = FastSACConfig.from_cfg(helpers.compose("g1_walk_flat").algo)
+    assert (walk.batch_size, walk.learning_starts, walk.target_entropy_scale) == (2048, 32, 0.5)
     assert (
         FastSACConfig.from_cfg(helpers.compose("cartpole", algo=("batch_size=77",)).algo).batch_size
         == 77
@@ -180,14 +183,15 @@ def test_a_resume_keeps_the_learner_sizes_its_run_chose(tmp_path):
     overrides = ["task=cartpole", "algo=fastsac", "algo.mode=sync", "algo.learning_starts=2"]
     overrides += ["algo.steps_per_iteration=2", "threads=1", "progress=false", "plot=false"]
     overrides += ["export_onnx=false", f"run_dir={tmp_path}"]
-    table = "algo.per_task.cartpole.learner_sizes.cpu"
+    overrides += ["algo.actor_hidden_dims=auto", "algo.batch_size=auto"]  # from the table
+    table = "algo.learner_sizes.cpu"
     first = compose_config(
         [*overrides, f"{table}.actor_hidden_dims=[32]", f"{table}.batch_size=32"]
     )
     with create_training_handle(first) as handle:
         handle.train(1)
     with create_training_handle(compose_config([*overrides, f"resume={tmp_path}"])) as resumed:
-        # the table says [64, 64] and 256 now: the saved weights load into the run's own sizes
+        # the table says [256, 128] and 2048 now: the saved weights load into the run's own sizes
         assert resumed.trainer.cfg.actor_hidden_dims == (32,)
         assert resumed.trainer.cfg.batch_size == resumed.cfg.algo.batch_size == 32
     explicit = compose_config([*overrides, f"resume={tmp_path}", "algo.batch_size=16"])
@@ -219,6 +223,10 @@ def test_config_errors_name_the_key_and_the_accepted_values():
     misspelt.actor_lrr = 1e-3
     with pytest.raises(ValueError, match=r"algo: unknown keys \['actor_lrr'\]; accepted: "):
         FastSACConfig.from_cfg(misspelt)
+    older = helpers.compose().algo  # an older checkpoint's config holds a per_task table
+    OmegaConf.set_struct(older, False)
+    older.per_task = {"cartpole": {"learning_starts": 16}}
+    assert FastSACConfig.from_cfg(older).learning_starts == 16
     with pytest.raises(
         ValueError, match=r"algo.collector.threads: expected null or an int in 1..2"
     ):

@@ -131,7 +131,8 @@ class FastSACConfig(Section):
                 f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
                 f"starts (choose_learner_sizes); here expected a value"
             )
-        own = {k: v for k, v in raw.items() if k not in ("name", *TABLES)}
+        # per_task: a table of per-task values the configs of older checkpoints hold
+        own = {k: v for k, v in raw.items() if k not in ("name", "per_task", *TABLES)}
         missing = sorted({f.name for f in fields(cls)} - {"collector"} - own.keys())
         if missing:
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
