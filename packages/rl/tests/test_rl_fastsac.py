@@ -1,5 +1,6 @@
 """FastSAC's learning side: n-step replay against an oracle, the C51 projection, the squashed
-Gaussian, the config, learning cartpole in sync mode, state round trip and the exported policy."""
+Gaussian, the config, the env step both collectors take, learning cartpole in sync mode, state
+round trip and the exported policy."""
 
 from __future__ import annotations
 
@@ -12,13 +13,10 @@ import pytest
 import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 from omegaconf import OmegaConf
+from rl_fake_env import FakeEnv
 
-from fuselab_rl.async_collect import InProcessCollector
-from fuselab_rl.fastsac import (
-    FastSACConfig,
-    FastSACTrainer,
-    split_threads,
-)
+from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer, split_threads
+from fuselab_rl.fastsac_collector import Collector, EnvSpec, EnvStepper, record_dtype
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
     SquashedGaussianActor,
@@ -348,8 +346,9 @@ def test_state_dict_round_trip_is_exact(trained, tmp_path):
         metrics = fresh.iterate()
         algo = fresh.cfg
         updates = fresh.learner.updates - state["learner"]["updates"]
-        assert updates == (algo.steps_per_iteration - algo.learning_starts + 1) * 2  # 2 per step
-        assert metrics["Perf/env_steps"] == fresh.cfg.steps_per_iteration * fresh.spec.num_envs
+        assert updates == algo.steps_per_iteration * 2  # an iteration's updates, 2 per env step
+        steps = algo.learning_starts - 1 + algo.steps_per_iteration  # the refill earns nothing
+        assert metrics["Perf/env_steps"] == steps * fresh.spec.num_envs
     finally:
         fresh.close()
     with pytest.raises(ValueError, match="checkpoint: expected a FastSAC state"):
@@ -382,11 +381,12 @@ def test_exported_policy_is_deterministic_on_cpu_and_is_the_squashed_mean(traine
 
 def test_sync_iterations_are_env_steps_collected_in_process_with_the_learners_policy(trained):
     _, trainer = trained
-    collector = trainer._collector
-    assert isinstance(collector, InProcessCollector) and not collector.free_running
-    taken = trainer._records_taken
+    collector = trainer.collector
+    assert type(collector) is Collector and not collector.free_running
+    taken, updates = trainer.env_steps, trainer.learner.updates
     metrics = trainer.iterate()
-    assert trainer._records_taken == taken + trainer.cfg.steps_per_iteration
+    assert trainer.env_steps == taken + trainer.cfg.steps_per_iteration  # warmed up: 2 updates each
+    assert trainer.learner.updates == updates + trainer.cfg.steps_per_iteration * 2
     assert metrics["Perf/policy_lag_updates"] == 0  # it acts with the learner's policy itself
     assert metrics["Perf/collect_blocked_s"] == 0
     assert not {"Perf/learn_wait_s", "Perf/ring_fill"} & metrics.keys()  # no ring to wait on
@@ -411,15 +411,14 @@ def test_the_in_process_collector_numbers_records_and_warms_up_with_seeded_unifo
     torch.set_num_threads(1)
     cfg = helpers.compose("cartpole", algo=("mode=sync", "learning_starts=2"))
     trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.threads(1), tmp_path)
-    collector = trainer._collector
-    assert isinstance(collector, InProcessCollector)
+    collector = trainer.collector
     rng = np.random.default_rng(int(cfg.seed))
     shape = (trainer.spec.num_envs, trainer.spec.action_dim)
     try:
         for step in range(3):
-            assert collector.available() == 0
-            assert collector.wait_for_records(1) == 1 == collector.available()
-            record = collector.peek()
+            assert collector.feed(wait=False) == 0  # it steps only when waited for
+            assert collector.feed(wait=True) == 1 == trainer.learner.replay.steps_written - step
+            record = collector.record
             assert int(record["seq"]) == step and int(record["policy_updates"]) == 0
             uniform = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
             if step < 2:  # learning_starts random steps, the numbers uniform() draws
@@ -427,11 +426,35 @@ def test_the_in_process_collector_numbers_records_and_warms_up_with_seeded_unifo
             else:  # then the (untrained) policy acts
                 assert not np.array_equal(record["actions"], uniform)
                 assert (np.abs(record["actions"]) <= 1).all()
-            collector.release()
-        with pytest.raises(ValueError, match="holds one record, asked for 2"):
-            collector.wait_for_records(2)
     finally:
         trainer.close()
+
+
+def test_the_env_step_of_both_collectors_acts_at_random_only_while_the_policy_is_new():
+    """EnvStepper.step, which the in-process collector and the collector process both call:
+    the record's fields, and the warm-up rule (a published update ends it at once)."""
+    env = FakeEnv(num_envs=4, episode_steps=3)
+    spec = EnvSpec(4, {"actor": 3, "critic": 4}, 2, ("alive", "distance"), ("left", "time_out"))
+    record = np.zeros((), record_dtype(spec))
+    torch.manual_seed(0)
+    stepper = EnvStepper(env, ActorPolicy(3, 2, [8]), seed=5, random_steps=3)
+    rng = np.random.default_rng(5)
+    uniform = [rng.uniform(-1.0, 1.0, (4, 2)).astype(np.float32) for _ in range(3)]
+    for step, policy_updates in enumerate([0, 0, 7, 0]):  # random_steps 3, an update at step 2
+        obs = env.obs["actor"].copy()
+        stepper.step(record, policy_updates, blocked_s=0.25)
+        if step < 2:
+            np.testing.assert_array_equal(record["actions"], uniform[step])
+        else:  # the policy acts: after an update, and after random_steps
+            assert not np.array_equal(record["actions"], uniform[2])
+        assert int(record["seq"]) == step and int(record["policy_updates"]) == policy_updates
+        np.testing.assert_array_equal(record["obs.actor"], obs)
+        assert record["timing"][2] == 0.25 and record["timing"][0] >= record["timing"][1] > 0
+        if step == 2:  # every episode timed out: the next observations are the terminal ones
+            assert record["episodes"][0] == 4 and record["truncated"].all()
+            np.testing.assert_array_equal(record["next_obs.critic"], env.terminal_obs["critic"])
+            assert not np.array_equal(record["next_obs.critic"], env.obs["critic"])
+    assert env.step_calls == 4
 
 
 def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):
