@@ -411,8 +411,11 @@ class FastSACTrainer:
         """The env in this process (sync), or a collector process that builds it (async), with
         the threads split between that process and this one."""
         if self.cfg.mode == "sync":
+            # the env first: torch reading its thread count before the env is built lets the
+            # build move it (1 -> 2 threads here)
+            collector = Collector(cfg, seed=int(cfg.seed))
             log.info("sync FastSAC: torch %d threads on %s", torch.get_num_threads(), self.device)
-            return Collector(cfg, seed=int(cfg.seed))
+            return collector
         threads = split_threads(total_threads, self.device, self.cfg.collector.threads)
         torch.set_num_threads(threads[1])
         log.info(

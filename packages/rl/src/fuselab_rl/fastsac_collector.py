@@ -86,30 +86,33 @@ class EnvSpec:
 
 
 def record_dtype(spec: EnvSpec) -> np.dtype:
-    """One env step of every env. Besides the transition: "episodes", (count, return sum, length
-    sum) of those that ended; "timing", (busy s, env.step s, blocked s, monotonic commit time),
-    busy being policy, env.step and copies; the acting policy's update count."""
-    n = spec.num_envs
-    obs = [
-        (f"{k}.{g}", np.float32, (n, d))
-        for k in ("obs", "next_obs")
-        for g, d in spec.obs_dims.items()
-    ]
+    """One env step of every env, each field on a cache line of its own. Besides the transition:
+    "episodes", (count, return sum, length sum) of those that ended; "timing", (busy s, env.step
+    s, blocked s, monotonic commit time), busy being policy, env.step and copies; the acting
+    policy's update count."""
+    n, groups = spec.num_envs, spec.obs_dims.items()
+    fields = {"seq": (np.int64, ())}
+    fields |= {f"{k}.{g}": (np.float32, (n, d)) for k in ("obs", "next_obs") for g, d in groups}
+    fields |= {
+        "actions": (np.float32, (n, spec.action_dim)),
+        "reward": (np.float32, (n,)),
+        "terminated": (np.bool_, (n,)),
+        "truncated": (np.bool_, (n,)),
+        "episodes": (np.float64, (3,)),
+        "reward_terms": (np.float64, (len(spec.reward_terms),)),
+        "terminations": (np.float64, (len(spec.terminations),)),
+        "timing": (np.float64, (4,)),
+        "policy_updates": (np.int64, ()),
+    }
+    sizes = [-(-np.dtype(field).itemsize // 64) * 64 for field in fields.values()]
+    offsets = np.cumsum([0, *sizes]).tolist()
     return np.dtype(
-        [
-            ("seq", np.int64),
-            *obs,
-            ("actions", np.float32, (n, spec.action_dim)),
-            ("reward", np.float32, (n,)),
-            ("terminated", np.bool_, (n,)),
-            ("truncated", np.bool_, (n,)),
-            ("episodes", np.float64, (3,)),
-            ("reward_terms", np.float64, (len(spec.reward_terms),)),
-            ("terminations", np.float64, (len(spec.terminations),)),
-            ("timing", np.float64, (4,)),
-            ("policy_updates", np.int64),
-        ],
-        align=True,
+        {
+            "names": list(fields),
+            "formats": list(fields.values()),
+            "offsets": offsets[:-1],
+            "itemsize": offsets[-1],
+        }
     )
 
 
