@@ -1,26 +1,12 @@
 """FastSAC: soft actor-critic for thousands of parallel envs.
 
-The SAC of Haarnoja et al. with the changes that make it work at that scale: twin
-distributional critics (C51: the n-step target distribution projected onto the support, the
-lower-mean target of the two per sample), n-step returns from a per-env replay
-(:mod:`fuselab_rl.replay`), LayerNorm + SiLU networks (:mod:`fuselab_rl.fastsac_networks`),
-running observation normalization, several critic updates per env step and a delayed actor and
-temperature update.
-
-This file reads top to bottom: the config, the learner (:class:`FastSAC`: the losses and one
-update) and the trainer (:class:`FastSACTrainer`), whose iteration is ``steps_per_iteration *
-updates_per_step`` updates, fed with env steps by the collector of ``algo.mode``
-(:mod:`fuselab_rl.fastsac_collector`):
-
-- ``async``: a collector process steps the env while this process learns and publishes the
-  policy to it;
-- ``sync``: the env steps in this process whenever the learner waits for data (debugging, tests).
-
-Each env step, once the replay holds ``learning_starts`` of them, earns ``updates_per_step``
-updates; a learner without an earned update waits for the next env step. At most one
-iteration's worth is banked, so a learner behind a fast collector does not later update far past
-its data (``collector.min_updates_per_step`` > 0 holds a fast collector back instead). The
-replay's first ``learning_starts`` env steps act at random while the policy is new.
+Haarnoja et al.'s SAC with what makes it work at that scale: twin distributional critics (C51),
+n-step returns from a per-env replay (:mod:`fuselab_rl.replay`), LayerNorm + SiLU networks
+(:mod:`fuselab_rl.fastsac_networks`), observation normalization, several critic updates per env
+step and a delayed actor and temperature update. Top to bottom: the config, the learner
+(:class:`FastSAC`: losses, update) and the trainer (:class:`FastSACTrainer`), whose iteration is
+``steps_per_iteration * updates_per_step`` updates on env steps from the collector of
+``algo.mode`` (:mod:`fuselab_rl.fastsac_collector`).
 """
 
 from __future__ import annotations
@@ -73,7 +59,6 @@ class CollectorCfg(Section):
     threads: PositiveInt | None = None  # null: split_threads decides (CPU learner: half)
     ring_slots: Annotated[int, Range(ge=2)] = 64
     publish_interval: PositiveInt = 1
-    min_updates_per_step: NonNegativeFloat = 0.0
 
 
 @dataclass
@@ -121,8 +106,9 @@ class FastSACConfig(Section):
                 f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
                 f"starts (choose_learner_sizes); here expected a value"
             )
-        # per_task: a table of per-task values the configs of older checkpoints hold
+        # what older checkpoints' configs hold besides: a per_task table, min_updates_per_step
         own = {k: v for k, v in raw.items() if k not in ("name", "per_task", *TABLES)}
+        own.get("collector", {}).pop("min_updates_per_step", None)
         missing = sorted({f.name for f in fields(cls)} - {"collector"} - own.keys())
         if missing:
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
@@ -131,11 +117,6 @@ class FastSACConfig(Section):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.collector.min_updates_per_step <= self.updates_per_step:
-            raise ValueError(
-                "algo.collector.min_updates_per_step: expected a value in [0, updates_per_step "
-                f"= {self.updates_per_step}], got {self.collector.min_updates_per_step!r}"
-            )
         for low, high in (("v_min", "v_max"), ("log_std_min", "log_std_max")):
             if not getattr(self, low) < getattr(self, high):
                 raise ValueError(
@@ -144,19 +125,11 @@ class FastSACConfig(Section):
                 )
 
 
-def policy_builder(
-    cfg: FastSACConfig, obs_dim: int, action_dim: int
-) -> functools.partial[ActorPolicy]:
-    """Builds the acting policy; picklable, so the collector process builds its own copy."""
-    return functools.partial(
-        ActorPolicy,
-        obs_dim,
-        action_dim,
-        cfg.actor_hidden_dims,
-        normalize=cfg.obs_normalization,
-        log_std_min=cfg.log_std_min,
-        log_std_max=cfg.log_std_max,
-    )
+def build_policy(cfg: FastSACConfig, obs_dim: int, action_dim: int) -> ActorPolicy:
+    """The acting policy (the collector process builds its own with this)."""
+    dims, normalize = cfg.actor_hidden_dims, cfg.obs_normalization
+    std_range = {"log_std_min": cfg.log_std_min, "log_std_max": cfg.log_std_max}
+    return ActorPolicy(obs_dim, action_dim, dims, normalize=normalize, **std_range)
 
 
 class FastSAC:
@@ -165,19 +138,14 @@ class FastSAC:
     def __init__(self, cfg: FastSACConfig, spec: EnvSpec, device: torch.device):
         started = time.perf_counter()
         self.cfg, self.spec, self.device = cfg, spec, device
-        actor_dim, critic_dim = spec.obs_dims["actor"], spec.obs_dims["critic"]
-        self.policy_builder = policy_builder(cfg, actor_dim, spec.action_dim)
-        self.policy = self.policy_builder().to(device)
+        critic_dim, action_dim = spec.obs_dims["critic"], spec.action_dim
+        self.policy = build_policy(cfg, spec.obs_dims["actor"], action_dim).to(device)
         self.critic_normalizer: nn.Module = (
             EmpiricalNormalization(critic_dim) if cfg.obs_normalization else nn.Identity()
         ).to(device)
+        support = {"num_atoms": cfg.num_atoms, "v_min": cfg.v_min, "v_max": cfg.v_max}
         self.critic = TwinDistributionalCritic(
-            critic_dim,
-            spec.action_dim,
-            cfg.critic_hidden_dims,
-            num_atoms=cfg.num_atoms,
-            v_min=cfg.v_min,
-            v_max=cfg.v_max,
+            critic_dim, action_dim, cfg.critic_hidden_dims, **support
         ).to(device)
         distributed.broadcast_state(self.policy)  # under torchrun: rank 0's initial weights
         distributed.broadcast_state(self.critic)
@@ -191,19 +159,12 @@ class FastSAC:
             self.critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay
         )
         self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
+        capacity_steps = max(cfg.buffer_size // spec.num_envs, cfg.n_step)
         self.replay = NStepReplay(
-            num_envs=spec.num_envs,
-            capacity_steps=max(cfg.buffer_size // spec.num_envs, cfg.n_step),
-            obs_dims=spec.obs_dims,
-            action_dim=spec.action_dim,
-            n_step=cfg.n_step,
-            gamma=cfg.gamma,
-            device=device,
+            spec.num_envs, capacity_steps, spec.obs_dims, action_dim, cfg.n_step, cfg.gamma, device
         )
         normalizers = {"actor": self.policy.normalizer, "critic": self.critic_normalizer}
-        self.normalizers = {
-            g: n for g, n in normalizers.items() if isinstance(n, EmpiricalNormalization)
-        }
+        self.normalizers = {g: n for g, n in normalizers.items() if not isinstance(n, nn.Identity)}
         # Under torchrun each rank takes env steps at its own pace: the normalizers accumulate
         # them and merge over the ranks where every rank stands at the same update (before the
         # first one and at iteration ends); alone, they merge at once.
@@ -213,30 +174,28 @@ class FastSAC:
         if cfg.compile:  # the kernels build on the first update
             self.critic_loss = torch.compile(self._critic_loss)
             self.actor_loss = torch.compile(self._actor_loss)
-        self._sums: dict[str, torch.Tensor] = {}
-        self._counts: dict[str, int] = {}
+        self._sums: dict[str, list] = {}  # metric -> [sum on the device, count]
         self._allreduce_s = 0.0  # under torchrun: the time spent averaging gradients
         log.info(
             "FastSAC learner on %s: actor %s, critics 2 x %s over %d atoms [%g, %g], "
             "%d-step returns, bf16 %s, compile %s (%.1f ms)",
             *(device, list(cfg.actor_hidden_dims), list(cfg.critic_hidden_dims), cfg.num_atoms),
-            *(cfg.v_min, cfg.v_max, cfg.n_step, cfg.bf16, cfg.compile),
-            (time.perf_counter() - started) * 1e3,
+            *(cfg.v_min, cfg.v_max, cfg.n_step, cfg.bf16, cfg.compile, _ms(started)),
         )
 
     def observe(self, records: Sequence[Mapping[str, np.ndarray]]) -> None:
         """Store env steps (transition records, in order) and add their observations to the
         normalizers, once for all of them."""
-        groups = self.spec.obs_dims
         for record in records:
-            self.replay.add(
-                {g: torch.from_numpy(record[f"obs.{g}"]) for g in groups},
-                *(
-                    torch.from_numpy(record[k])
-                    for k in ("actions", "reward", "terminated", "truncated")
-                ),
-                {g: torch.from_numpy(record[f"next_obs.{g}"]) for g in groups},
+            obs, next_obs = (
+                {g: torch.from_numpy(record[f"{k}.{g}"]) for g in self.spec.obs_dims}
+                for k in ("obs", "next_obs")
             )
+            step = (
+                torch.from_numpy(record[k])
+                for k in ("actions", "reward", "terminated", "truncated")
+            )
+            self.replay.add(obs, *step, next_obs)
         written = self.replay.steps_written
         rows = torch.arange(written - len(records), written, device=self.device)
         rows %= self.replay.capacity
@@ -339,15 +298,13 @@ class FastSAC:
 
     def _add(self, values: Mapping[str, torch.Tensor]) -> None:
         for key, value in values.items():
-            value = value.detach().float()
-            self._sums[key] = self._sums[key] + value if key in self._sums else value
-            self._counts[key] = self._counts.get(key, 0) + 1
+            total = self._sums.setdefault(key, [0.0, 0])
+            total[0], total[1] = total[0] + value.detach().float(), total[1] + 1
 
     def metrics(self) -> dict[str, float]:
         """Means since the last call (one device sync), and the temperature."""
-        out = {k: float(v) / self._counts[k] for k, v in self._sums.items()}
+        out = {key: float(total) / count for key, (total, count) in self._sums.items()}
         self._sums.clear()
-        self._counts.clear()
         out["Policy/alpha"] = float(self.log_alpha.detach().exp())
         out["Perf/allreduce_s"], self._allreduce_s = self._allreduce_s, 0.0
         return out
@@ -389,31 +346,29 @@ class FastSACTrainer:
         self.device = torch.device(device)
         chosen = choose_learner_sizes(cfg, self.device)
         log.info("FastSAC sizes, %s", describe_sizes(cfg, chosen, self.device))
-        self.cfg = FastSACConfig.from_cfg(cfg.algo)
-        self.updates_per_iteration = max(
-            1, round(self.cfg.steps_per_iteration * self.cfg.updates_per_step)
-        )
+        self.cfg = algo = FastSACConfig.from_cfg(cfg.algo)
+        self.updates_per_iteration = max(1, round(algo.steps_per_iteration * algo.updates_per_step))
         torch.manual_seed(int(cfg.seed))
         self.collector = self._make_collector(cfg, threads.total)
         self.spec = self.collector.spec
         try:
-            self.learner = FastSAC(self.cfg, self.spec, self.device)
+            self.learner = FastSAC(algo, self.spec, self.device)
             self.env_steps = self.iterations = 0  # env steps (of every env) taken, over resumes
-            self.earned = 0.0  # updates the env steps taken have paid for
-            self.owed = 0.0  # updates due before the next env step is taken
-            self.collector.start(self.learner, random_steps=self.cfg.learning_starts)
+            self.earned = 0.0  # updates the env steps taken have paid for, not yet done
+            self.collector.start(self.learner)
         except BaseException:
             self.close()
             raise
-        log.info("FastSAC trainer ready (%.1f ms)", (time.perf_counter() - started) * 1e3)
+        log.info("FastSAC trainer ready (%.1f ms)", _ms(started))
 
     def _make_collector(self, cfg: DictConfig, total_threads: int) -> Collector:
         """The env in this process (sync), or a collector process that builds it (async), with
         the threads split between that process and this one."""
+        seed, random_steps = int(cfg.seed), self.cfg.learning_starts
         if self.cfg.mode == "sync":
             # the env first: torch reading its thread count before the env is built lets the
             # build move it (1 -> 2 threads here)
-            collector = Collector(cfg, seed=int(cfg.seed))
+            collector = Collector(cfg, seed=seed, random_steps=random_steps)
             log.info("sync FastSAC: torch %d threads on %s", torch.get_num_threads(), self.device)
             return collector
         threads = split_threads(total_threads, self.device, self.cfg.collector.threads)
@@ -425,68 +380,57 @@ class FastSACTrainer:
         )
         env_cfg: dict = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
         env_cfg.pop("algo", None)
+        make_policy = functools.partial(build_policy, self.cfg)
+        slots = self.cfg.collector.ring_slots
         return AsyncCollector(
             env_cfg,
+            make_policy,
+            random_steps=random_steps,
+            ring_slots=slots,
             num_threads=threads[0],
-            seed=int(cfg.seed),
-            ring_slots=self.cfg.collector.ring_slots,
+            seed=seed,
         )
 
     def iterate(self) -> dict[str, float]:
-        """``updates_per_iteration`` updates, each paid for by env steps (see the module doc)."""
+        """``updates_per_iteration`` updates. Each env step, once the replay holds
+        ``learning_starts``, earns ``updates_per_step``; with none earned, the learner waits for
+        the next env step (sync: steps the env). At most an iteration's worth is banked, so a
+        learner behind a fast collector does not later update far past its data."""
         started, env_steps, learn_s = time.perf_counter(), self.env_steps, 0.0
         self.collector.check()
         for _ in range(self.updates_per_iteration):
             self._take_env_steps(wait=False)
             while self.earned < 1.0:
-                self._take_env_steps(wait=True)  # sync: the env steps now
-            update_started = time.perf_counter()
-            actor_updates = self.learner.actor_updates
+                self._take_env_steps(wait=True)
+            update_started, actor_updates = time.perf_counter(), self.learner.actor_updates
             self.learner.update()
-            self.earned, self.owed = self.earned - 1.0, max(0.0, self.owed - 1.0)
+            self.earned -= 1.0
             published = self.learner.actor_updates % self.cfg.collector.publish_interval == 0
-            if self.learner.actor_updates != actor_updates and published:
+            if published and self.learner.actor_updates != actor_updates:
                 self.collector.publish()
             learn_s += time.perf_counter() - update_started
         self.learner.merge_normalizers()  # under torchrun: every rank did the same updates
         self.iterations += 1
-        return (
-            self.collector.metrics()
-            | self.learner.metrics()
-            | {
-                "Perf/learn_s": learn_s,
-                "Perf/env_steps": float((self.env_steps - env_steps) * self.spec.num_envs),
-                "Perf/updates_per_s": self.updates_per_iteration / max(learn_s, 1e-9),
-                "Perf/iteration_s": time.perf_counter() - started,
-                "Perf/updates": float(self.learner.updates),
-            }
-        )
+        perf = {
+            "Perf/learn_s": learn_s,
+            "Perf/env_steps": float((self.env_steps - env_steps) * self.spec.num_envs),
+            "Perf/updates_per_s": self.updates_per_iteration / max(learn_s, 1e-9),
+            "Perf/iteration_s": time.perf_counter() - started,
+            "Perf/updates": float(self.learner.updates),
+        }
+        return self.collector.metrics() | self.learner.metrics() | perf
 
     def _take_env_steps(self, wait: bool) -> None:
-        """Store the env steps the collector holds (with ``wait``, at least one) and add what
-        they earn. With ``collector.min_updates_per_step`` > 0, each owes that many updates and
-        no more are taken while one is owed: the rest wait in the ring."""
-        owes = self.cfg.collector.min_updates_per_step
-        limit = None if owes == 0 else math.ceil(max(0.0, 1.0 - self.owed) / owes)
-        taken = self.collector.feed(wait, limit)
+        taken = self.collector.feed(wait)
         self.env_steps += taken
         warm = self.learner.replay.steps_written - self.cfg.learning_starts + 1
-        earning = min(taken, max(warm, 0))
-        self.earned = min(
-            self.earned + earning * self.cfg.updates_per_step, self.updates_per_iteration
-        )
-        self.owed += earning * owes
-
-    # -- the rest of the Trainer contract --------------------------------------------------------
+        earned = self.earned + min(taken, max(warm, 0)) * self.cfg.updates_per_step
+        self.earned = min(earned, self.updates_per_iteration)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "algorithm": "fastsac",
-            "learner": self.learner.state_dict(),
-            "episode_stats": self.collector.episodes.state_dict(),
-            "env_steps": self.env_steps,
-            "iterations": self.iterations,
-        }
+        learner, episodes = self.learner.state_dict(), self.collector.episodes.state_dict()
+        counts = {"env_steps": self.env_steps, "iterations": self.iterations}
+        return {"algorithm": "fastsac", "learner": learner, "episode_stats": episodes, **counts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         _check_state(state)
@@ -507,12 +451,16 @@ class FastSACTrainer:
         ``trainer`` state: the policy sized from its saved weights."""
         _check_state(state)
         weights = state["learner"]["policy"]
-        policy = policy_builder(FastSACConfig.from_cfg(algo), *ActorPolicy.saved_dims(weights))()
+        policy = build_policy(FastSACConfig.from_cfg(algo), *ActorPolicy.saved_dims(weights))
         policy.load_state_dict(weights)
         return policy.eval().requires_grad_(False)
 
     def close(self) -> None:
         self.collector.close()
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1e3
 
 
 def _check_state(state: dict[str, Any]) -> None:

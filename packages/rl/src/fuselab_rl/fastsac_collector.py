@@ -8,9 +8,8 @@ and written by :meth:`EnvStepper.step`, which both collectors call:
 - :class:`AsyncCollector` (``algo.mode=async``): in a collector process (:func:`collector_main`)
   while the learner learns, each record written straight into a slot of a shared-memory ring
   (:mod:`fuselab_rl.transport`), acting with the policy the learner last published. A full ring
-  blocks it; ten times a second it checks that the learner lives and has not asked it to stop,
-  and once the learner is gone it unlinks the shared memory and exits. Its log records go to the
-  learner's loggers.
+  blocks it; ten times a second it checks that the learner lives and has not asked it to stop.
+  It unlinks the shared memory when it ends; its log records go to the learner's loggers.
 
 The actions are uniform in [-1, 1] for the first ``random_steps`` env steps while the acting
 policy has had no update (a resumed run's policy acts from the first step).
@@ -32,7 +31,6 @@ import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from logging.handlers import QueueHandler, QueueListener
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,14 +38,7 @@ import torch
 
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.stopping import STOP_SIGNALS, PartnerFailed
-from fuselab_rl.transport import (
-    Links,
-    RingSpec,
-    SharedWeights,
-    SlotRing,
-    WeightsSpec,
-    remove_orphaned_segments,
-)
+from fuselab_rl.transport import Links, SharedWeights, SlotRing, remove_orphaned_segments
 
 if TYPE_CHECKING:
     from fuselab_rl.fastsac import FastSAC
@@ -75,21 +66,16 @@ class EnvSpec:
 
     @classmethod
     def of(cls, env: Any) -> EnvSpec:
-        plan = env.terms.plan
-        return cls(
-            num_envs=int(env.num_envs),
-            obs_dims={g: int(o.shape[1]) for g, o in env.terms.buffers.obs.items()},
-            action_dim=int(env.backend.model.nu),
-            reward_terms=tuple(c.entry for c in plan.rewards),
-            terminations=tuple(c.entry for c in plan.terminations),
-        )
+        plan, obs = env.terms.plan, env.terms.buffers.obs
+        dims = {group: int(o.shape[1]) for group, o in obs.items()}
+        terms = tuple(c.entry for c in plan.rewards), tuple(c.entry for c in plan.terminations)
+        return cls(int(env.num_envs), dims, int(env.backend.model.nu), *terms)
 
 
 def record_dtype(spec: EnvSpec) -> np.dtype:
-    """One env step of every env, each field on a cache line of its own. Besides the transition:
+    """One env step of every env, each field on cache lines of its own. Besides the transition:
     "episodes", (count, return sum, length sum) of those that ended; "timing", (busy s, env.step
-    s, blocked s, monotonic commit time), busy being policy, env.step and copies; the acting
-    policy's update count."""
+    s, blocked s, monotonic commit time), busy being policy, env.step and copies."""
     n, groups = spec.num_envs, spec.obs_dims.items()
     fields = {"seq": (np.int64, ())}
     fields |= {f"{k}.{g}": (np.float32, (n, d)) for k in ("obs", "next_obs") for g, d in groups}
@@ -102,18 +88,10 @@ def record_dtype(spec: EnvSpec) -> np.dtype:
         "reward_terms": (np.float64, (len(spec.reward_terms),)),
         "terminations": (np.float64, (len(spec.terminations),)),
         "timing": (np.float64, (4,)),
-        "policy_updates": (np.int64, ()),
+        "policy_updates": (np.int64, ()),  # the update count of the policy that acted
     }
-    sizes = [-(-np.dtype(field).itemsize // 64) * 64 for field in fields.values()]
-    offsets = np.cumsum([0, *sizes]).tolist()
-    return np.dtype(
-        {
-            "names": list(fields),
-            "formats": list(fields.values()),
-            "offsets": offsets[:-1],
-            "itemsize": offsets[-1],
-        }
-    )
+    ends = np.cumsum([-(-np.dtype(f).itemsize // 64) * 64 for f in fields.values()]).tolist()
+    return np.dtype({"names": [*fields], "formats": [*fields.values()], "offsets": [0, *ends[:-1]]})
 
 
 class EnvStepper:
@@ -168,22 +146,16 @@ class Collector:
     free_running = False  # steps on its own (its own process), not only when waited for
     learner: FastSAC
 
-    def __init__(self, cfg: Any, *, seed: int):
+    def __init__(self, cfg: Any, *, seed: int, random_steps: int):
         from fuselab_envs.registry import make_env
 
-        started = time.perf_counter()
-        self.env, self.seed = make_env(cfg), seed
+        self.env, self.seed, self.random_steps = make_env(cfg), seed, random_steps
         self._reset_stats(EnvSpec.of(self.env))
         self.record = np.zeros((), record_dtype(self.spec))
-        log.info(
-            "in-process collector: env %s with %d envs (%.1f ms)",
-            *(cfg.task_name, self.spec.num_envs, (time.perf_counter() - started) * 1e3),
-        )
 
-    def start(self, learner: FastSAC, random_steps: int) -> None:
-        """Collect with the learner's policy, at random for ``random_steps`` while it is new."""
+    def start(self, learner: FastSAC) -> None:
         self.learner = learner
-        self.stepper = EnvStepper(self.env, learner.policy, self.seed, random_steps)
+        self.stepper = EnvStepper(self.env, learner.policy, self.seed, self.random_steps)
 
     def publish(self) -> None:
         """The learner's policy changed (updates, a loaded state): act with it from now on."""
@@ -191,9 +163,9 @@ class Collector:
     def check(self) -> None:
         """Raise :class:`CollectorFailed` if collection failed."""
 
-    def feed(self, wait: bool, limit: int | None = None) -> int:
-        """Hand the env steps held (at most ``limit``) to the learner's replay, in order; with
-        ``wait`` at least one, waited for (here: the env steps). Returns how many."""
+    def feed(self, wait: bool) -> int:
+        """Hand the env steps held to the learner's replay, in order; with ``wait`` at least
+        one, waited for (here: the env steps). Returns how many."""
         if not wait:
             return 0
         self.stepper.step(self.record, self.learner.updates, blocked_s=0.0)
@@ -232,10 +204,9 @@ class Collector:
         collection rate (a ``free_running`` collector's over wall-clock time, waits on a full
         ring included, else over busy time, as in PPO), timing and policy lag."""
         out = self.episodes.metrics()
-        if self.steps:
+        if self.steps and self.since is not None:
             busy_s, env_s, blocked_s, lag = self.sums.tolist()
             env_steps = self.steps * self.spec.num_envs
-            assert self.since is not None
             collect_s = self.last_commit - self.since if self.free_running else busy_s
             out |= {
                 "Perf/collect_steps_per_s": env_steps / max(collect_s, 1e-9),
@@ -268,35 +239,37 @@ class PolicyPacker:
             tensor.copy_(values.view_as(tensor))
 
 
-@dataclass(frozen=True)
-class CollectorPlan:
-    """What the learner sends the collector process once the shared memory exists."""
-
-    ring: RingSpec
-    weights: WeightsSpec
-    policy_builder: Callable[[], torch.nn.Module]
-    random_steps: int
-
-
 class AsyncCollector(Collector):
-    """The collector of ``algo.mode=async``: spawns, feeds and supervises the collector process
-    and owns the shared memory. ``ring_slots``: env steps in flight (fewer if /dev/shm is short).
-    """
+    """The collector of ``algo.mode=async``: spawns, feeds on and supervises the collector
+    process, which builds the env, the policy (``make_policy(actor obs dim, action dim)``,
+    picklable) and the ring of ``ring_slots`` env steps (fewer if /dev/shm is short)."""
 
     free_running = True
 
-    def __init__(self, cfg: dict, *, num_threads: int, seed: int, ring_slots: int = 64):
+    def __init__(
+        self,
+        cfg: dict,
+        make_policy: Callable[[int, int], torch.nn.Module],
+        *,
+        random_steps: int,
+        ring_slots: int,
+        num_threads: int,
+        seed: int,
+        timeout_s: float = 300.0,
+    ):
         started = time.perf_counter()
+        plan = (cfg, make_policy, random_steps, ring_slots, num_threads, seed)
+        orphans = remove_orphaned_segments()
+        if orphans:
+            log.warning("/dev/shm: removed %s (left by killed FastSAC runs)", orphans)
         context = mp.get_context("spawn")
-        self.conn, child_conn = context.Pipe()  # messages: spec, plan, stop, error
-        self.links, self.ring_slots, self.wait_s = Links(context), ring_slots, 0.0
-        self.segments: list[SlotRing | SharedWeights] = []  # released with the process
-        self.taken, self.error, self.child_error = 0, "", ""
-        log_queue = context.Queue()
-        self.logs = _ChildLogs(log_queue)
+        self.conn, child_conn = context.Pipe()  # messages: ready, error (from it), stop (to it)
+        self.links, self.segments = Links(context), []  # the segments go with the process
+        self.taken, self.wait_s, self.error, self.child_error = 0, 0.0, "", ""
+        self.logs = _ChildLogs(context.Queue())
         self.logs.start()
         level = logging.getLogger("fuselab_rl").getEffectiveLevel()
-        args = (child_conn, self.links, log_queue, level, cfg, num_threads, seed, time.monotonic())
+        args = (child_conn, self.links, self.logs.queue, level, *plan, time.monotonic())
         self.process = context.Process(target=collector_main, args=args, daemon=True)
         # With the stop signals blocked the child cannot die of a Ctrl-C before collector_main
         # ignores them (it inherits the mask); the learner handles them.
@@ -306,62 +279,35 @@ class AsyncCollector(Collector):
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         child_conn.close()
-        self.release_all = weakref.finalize(
+        self.release = weakref.finalize(
             self, _release, self.process, self.conn, self.segments, self.logs
         )
-        log.info(
-            "collector process %d spawned (%.1f ms)",
-            *(self.process.pid, (time.perf_counter() - started) * 1e3),
-        )
-        self._reset_stats(self._wait_for_spec(timeout_s=300.0))
-
-    def _wait_for_spec(self, timeout_s: float) -> EnvSpec:
-        started = time.perf_counter()
-        while time.perf_counter() - started < timeout_s:
+        log.info("collector process %d spawned (%.1f ms)", self.process.pid, _ms(started))
+        while not self.conn.poll(LIVENESS_S):
             self.check()  # raises once it died, with the error it reported
-            if self.conn.poll(LIVENESS_S):
-                with contextlib.suppress(EOFError):  # it died: check() says how
-                    kind, value = self.conn.recv()
-                    if kind == "spec":
-                        log.info(
-                            "collector env ready: %s (%.1f ms after spawn)",
-                            *(value, (time.perf_counter() - started) * 1e3),
-                        )
-                        return value
-                    self.child_error = value.strip()  # an error: the collector exits next
-                self.check(wait_s=10.0)
-        self.close()
-        raise CollectorFailed(
-            f"collector process (pid {self.process.pid}) did not report its env within "
-            f"{timeout_s:.0f} s"
-        )
+            if _ms(started) > timeout_s * 1e3:
+                self.close()
+                raise CollectorFailed(f"collector process: not ready within {timeout_s:.0f} s")
+        with contextlib.suppress(EOFError):  # it died: check() says how
+            kind, *ready = self.conn.recv()
+            if kind == "ready":
+                spec, ring, slots, weights, numel = ready
+                self.ring = SlotRing(record_dtype(spec), slots, self.links, name=ring)
+                self.weights = SharedWeights(numel, self.links, name=weights)
+                self.segments += [self.ring, self.weights]
+            else:
+                self.child_error = ready[0].strip()  # an error: the collector exits next
+        if not self.segments:
+            self.check(wait_s=10.0)
+            self.close()
+            raise CollectorFailed(f"collector process: {self.child_error or 'not ready'}")
+        self._reset_stats(spec)
+        log.info("collector ready: ring %s, %d slots (%.1f ms)", ring, slots, _ms(started))
 
-    def start(self, learner: FastSAC, random_steps: int) -> None:
-        """Create the ring and the weights buffer, let the collector run and publish the
-        learner's policy as the first version."""
-        started = time.perf_counter()
-        orphans = remove_orphaned_segments()
-        if orphans:
-            log.warning("/dev/shm: removed %s (left by killed FastSAC runs)", orphans)
+    def start(self, learner: FastSAC) -> None:
+        """Publish the learner's policy as the first version: the collector steps from now on."""
         self.learner, self.packer = learner, PolicyPacker(learner.policy)
-        self.ring = SlotRing.create(record_dtype(self.spec), self.ring_slots, self.links)
-        self.segments.append(self.ring)
-        self.weights = SharedWeights.create(self.packer.numel, self.links)
-        self.segments.append(self.weights)
-        plan = CollectorPlan(
-            self.ring.spec, self.weights.spec, learner.policy_builder, random_steps
-        )
-        try:
-            self.conn.send(("plan", plan))
-        except OSError:  # the collector is gone: say why
-            self.check(wait_s=5.0)
-            raise
-        log.info(
-            "shared memory: ring %s (%d slots x %.2f MiB), weights %s (%.2f MiB) (%.1f ms)",
-            *(self.ring.spec.name, self.ring.slots, self.ring.spec.record.itemsize / 2**20),
-            *(self.weights.spec.name, 4 * self.packer.numel / 2**20),
-            (time.perf_counter() - started) * 1e3,
-        )
+        assert self.packer.numel == self.weights.values.size, "the collector's policy differs"
         self.publish()
 
     def publish(self) -> None:
@@ -370,33 +316,27 @@ class AsyncCollector(Collector):
         while not self.weights.publish(values, self.learner.updates, timeout_s=LIVENESS_S):
             self.check()
 
-    def feed(self, wait: bool, limit: int | None = None) -> int:
+    def feed(self, wait: bool) -> int:
         ready = self.ring.ready()
         if wait and not ready:
             started = time.perf_counter()
             while not (ready := self.ring.ready(timeout_s=LIVENESS_S)):
                 self.check()
             self.wait_s += time.perf_counter() - started
-        count = ready if limit is None else min(ready, max(limit, int(wait)))
-        records = [self.ring.record(k) for k in range(count)]
+        records = [self.ring.record(k) for k in range(ready)]
         for record in records:
-            if int(record["seq"]) != self.taken:
-                raise RuntimeError(
-                    f"transition ring: expected record {self.taken}, got {int(record['seq'])} "
-                    "(a lost or repeated env step)"
-                )
+            if int(record["seq"]) != self.taken:  # a lost or repeated env step
+                raise RuntimeError(f"ring: record {int(record['seq'])}, expected {self.taken}")
             self.taken += 1
             self._count(record)
         self.learner.observe(records)
-        self.ring.release(count)
-        return count
+        self.ring.release(ready)
+        return ready
 
     def metrics(self) -> dict[str, float]:
         """Besides the records': the learner's waits for records and how full the ring is."""
-        out = super().metrics() | {
-            "Perf/learn_wait_s": self.wait_s,
-            "Perf/ring_fill": self.ring.ready() / self.ring.slots,
-        }
+        ring_fill = self.ring.ready() / self.ring.slots
+        out = super().metrics() | {"Perf/learn_wait_s": self.wait_s, "Perf/ring_fill": ring_fill}
         self.wait_s = 0.0
         return out
 
@@ -412,8 +352,8 @@ class AsyncCollector(Collector):
                 reason = f"killed by {signal.Signals(-code).name} (exit code {code})"
             with contextlib.suppress(EOFError, OSError):
                 while not self.child_error and self.conn.poll():
-                    kind, value = self.conn.recv()
-                    self.child_error = value.strip() if kind == "error" else ""
+                    kind, *message = self.conn.recv()
+                    self.child_error = message[0].strip() if kind == "error" else ""
             reason += f": {self.child_error}" if self.child_error else ""
             self.error = f"collector process (pid {self.process.pid}) failed: {reason}"
             log.error("%s", self.error)
@@ -422,18 +362,20 @@ class AsyncCollector(Collector):
 
     def close(self) -> None:
         """Stop the collector (asking first, then killing) and release the shared memory."""
-        if self.release_all.alive:
-            self.release_all()
-            log.info(
-                "collector process %d stopped (exit code %s)",
-                *(self.process.pid, self.process.exitcode),
-            )
+        if self.release.alive:
+            self.release()
+            pid, code = self.process.pid, self.process.exitcode
+            log.info("collector process %d stopped (exit code %s)", pid, code)
 
 
-def _release(process: Any, conn: Connection, segments: list, logs: QueueListener) -> None:
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1e3
+
+
+def _release(process: Any, conn: Any, segments: list, logs: QueueListener) -> None:
     if process.is_alive():
         with contextlib.suppress(OSError, ValueError):
-            conn.send(("stop", None))
+            conn.send(("stop",))
         process.join(5.0)
     if process.is_alive():  # it ignores SIGTERM (see collector_main)
         log.warning("collector process %d did not stop in 5 s; killing", process.pid)
@@ -473,17 +415,21 @@ class _ToLoggers(logging.Handler):
 
 
 def collector_main(
-    conn: Connection,
+    conn: Any,
     links: Links,
     log_queue: Any,
     log_level: int,
     cfg: dict,
+    make_policy: Callable[[int, int], torch.nn.Module],
+    random_steps: int,
+    ring_slots: int,
     num_threads: int,
     seed: int,
     spawned_at: float,
 ) -> None:
-    """The collector process: build the env, report its spec, then step it, one record per env
-    step into the ring, until the learner asks it to stop or vanishes."""
+    """The collector process: build the env, the policy and the shared memory (named after the
+    learner), report them, then step the env, one record per env step into the ring, until the
+    learner asks it to stop or vanishes."""
     # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the learner handles them
     # (saves, then stops us)
     for number in STOP_SIGNALS:
@@ -492,21 +438,55 @@ def collector_main(
     to_learner = QueueHandler(log_queue)
     to_learner.setFormatter(logging.Formatter(f"[collector {os.getpid()}] %(message)s"))
     logging.basicConfig(level=log_level, handlers=[to_learner], force=True)
-    log.info(
-        "up %.0f ms after spawn (interpreter and imports)", (time.monotonic() - spawned_at) * 1e3
-    )
-    parent = mp.parent_process()
-    alive = parent.is_alive if parent is not None else (lambda: True)
-    segments: list[SlotRing | SharedWeights] = []
+    log.info("up %.0f ms after spawn", (time.monotonic() - spawned_at) * 1e3)
+    learner, segments = mp.parent_process(), []
+    assert learner is not None and learner.pid is not None
+
+    def check_learner() -> None:
+        if not learner.is_alive():
+            raise LearnerGone("the learner process is gone")
+        if conn.poll():  # the learner sends only a stop
+            raise LearnerGone("the learner asked")
+
     try:
-        _collect(conn, links, cfg, num_threads, seed, alive, segments)
+        from omegaconf import OmegaConf
+
+        from fuselab_envs.registry import make_env
+
+        started = time.perf_counter()
+        torch.set_num_threads(num_threads)
+        torch.manual_seed(seed)
+        env = make_env(OmegaConf.merge(cfg, {"num_threads": num_threads}))
+        spec = EnvSpec.of(env)
+        policy = make_policy(spec.obs_dims["actor"], spec.action_dim).eval()
+        packer, stepper = PolicyPacker(policy), EnvStepper(env, policy, seed, random_steps)
+        vector = np.empty(packer.numel, np.float32)
+        ring = SlotRing(record_dtype(spec), ring_slots, links, owner=learner.pid)
+        weights = SharedWeights(packer.numel, links, owner=learner.pid)
+        segments += [ring, weights]
+        conn.send(("ready", spec, ring.name, ring.slots, weights.name, packer.numel))
+        log.info("env %s, %d threads: ready (%.1f ms)", cfg["task_name"], num_threads, _ms(started))
+        version, policy_updates, checked = 0, 0, time.perf_counter()
+        while True:
+            started = time.perf_counter()
+            record = ring.claim()
+            while record is None:  # the ring is full: wait for the learner
+                check_learner()
+                record = ring.claim(timeout_s=LIVENESS_S)
+            blocked_s = time.perf_counter() - started
+            if started - checked > LIVENESS_S:
+                checked = started
+                check_learner()
+            newer = weights.read_if_newer(version, vector)
+            if newer is not None:
+                packer.unpack(vector)
+                version, policy_updates = newer
+            stepper.step(record, policy_updates, blocked_s)
+            ring.commit()
     except LearnerGone as reason:
-        if not alive():
-            log.error("the learner process is gone (%s); stopping", reason)
-            for segment in segments:  # nobody else is left to release them
-                segment.unlink()
+        log.info("stopping: %s", reason)
+        if not learner.is_alive():
             sys.exit(3)
-        log.info("stopped by the learner")
     except BaseException as error:
         text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
         log.error("failed:\n%s", text)
@@ -514,65 +494,7 @@ def collector_main(
             conn.send(("error", f"{type(error).__name__}: {error}\n{text}"))
         sys.exit(1)
     finally:
-        for segment in segments:
+        for segment in segments:  # the learner attached them if it lives; if not, nobody did
             segment.close()
+            segment.unlink()
         conn.close()
-
-
-def _collect(
-    conn: Connection,
-    links: Links,
-    cfg: dict,
-    num_threads: int,
-    seed: int,
-    alive: Callable[[], bool],
-    segments: list,
-) -> None:
-    from omegaconf import OmegaConf
-
-    from fuselab_envs.registry import make_env
-
-    def check_learner() -> None:
-        if not alive():
-            raise LearnerGone("it vanished")
-        if conn.poll():  # after the plan, the learner sends only a stop
-            raise LearnerGone("stop requested")
-
-    started = time.perf_counter()
-    torch.set_num_threads(num_threads)
-    torch.manual_seed(seed)
-    env = make_env(OmegaConf.merge(cfg, {"num_threads": num_threads}))
-    conn.send(("spec", EnvSpec.of(env)))
-    log.info(
-        "env %s on %s, %d envs, %d threads (%.1f ms)",
-        *(cfg["task_name"], cfg["backend"], env.num_envs, num_threads),
-        (time.perf_counter() - started) * 1e3,
-    )
-    while not conn.poll(LIVENESS_S):
-        check_learner()
-    kind, plan = conn.recv()
-    if kind != "plan":
-        raise LearnerGone("stopped before sending the plan")
-    segments.append(ring := SlotRing.attach(plan.ring, links))
-    segments.append(weights := SharedWeights.attach(plan.weights, links))
-    policy = plan.policy_builder().eval()
-    packer, stepper = PolicyPacker(policy), EnvStepper(env, policy, seed, plan.random_steps)
-    vector = np.empty(packer.numel, np.float32)
-    log.info("attached ring (%d slots, %.1f MiB) and weights", ring.slots, ring.nbytes / 2**20)
-    version, policy_updates, checked = 0, 0, time.perf_counter()
-    while True:
-        started = time.perf_counter()
-        record = ring.claim()
-        while record is None:  # the ring is full: wait for the learner
-            check_learner()
-            record = ring.claim(timeout_s=LIVENESS_S)
-        blocked_s = time.perf_counter() - started
-        if started - checked > LIVENESS_S:
-            checked = started
-            check_learner()
-        newer = weights.read_if_newer(version, vector)
-        if newer is not None:
-            packer.unpack(vector)
-            version, policy_updates = newer
-        stepper.step(record, policy_updates, blocked_s)
-        ring.commit()
