@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from rl_fake_env import FakeEnv
 
-from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer, split_threads
+from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer
 from fuselab_rl.fastsac_collector import Collector, EnvSpec, EnvStepper, record_dtype
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
@@ -78,7 +78,6 @@ def test_nstep_returns_match_an_oracle_with_terminations_truncations_and_the_new
     stored = range(max(0, steps - capacity), steps)
     pairs = [(s, e) for s in stored for e in range(num_envs)]
     batch = replay.gather(torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs]))
-    assert len(replay) == len(stored) * num_envs
     for i, (s, e) in enumerate(pairs):
         expected_return, expected_discount, expected_next = _nstep_oracle(history, s, e, n, gamma)
         assert batch.returns[i].item() == pytest.approx(expected_return, rel=1e-5, abs=1e-6)
@@ -111,7 +110,7 @@ def test_projection_keeps_mass_and_mean_and_clamps_to_the_support():
 
 def test_squashed_gaussian_log_prob_matches_torch_distributions():
     torch.manual_seed(0)
-    actor = SquashedGaussianActor(3, 2, [16], log_std_min=-3.0, log_std_max=0.0)
+    actor = SquashedGaussianActor(3, 2, [16], log_std_range=(-3.0, 0.0))
     obs = torch.randn(256, 3)
     torch.manual_seed(1)
     actions, log_prob = actor.sample(obs)
@@ -228,14 +227,15 @@ def test_config_errors_name_the_key_and_the_accepted_values():
     with pytest.raises(
         ValueError, match=r"algo.collector.threads: expected null or an int in 1..2"
     ):
-        split_threads(2, torch.device("cpu"), 3)
+        helpers.threads(2).split("cpu", 3)
 
 
 def test_thread_split_gives_a_cuda_learner_one_thread_and_a_cpu_learner_half():
-    assert split_threads(2, torch.device("cpu"), None) == (1, 1)
-    assert split_threads(16, torch.device("cuda"), None) == (15, 1)
-    assert split_threads(16, torch.device("cpu"), None) == (8, 8)
-    assert split_threads(1, torch.device("cpu"), None) == (1, 1)
+    assert helpers.threads(2).split("cpu", None) == (1, 1)
+    assert helpers.threads(16).split("cuda", None) == (15, 1)
+    assert helpers.threads(16).split("cpu", None) == (8, 8)
+    assert helpers.threads(1).split("cpu", None) == (1, 1)
+    assert helpers.threads(16).split("cuda", 4) == (4, 12)
 
 
 # -- training (sync mode) --------------------------------------------------------------------------

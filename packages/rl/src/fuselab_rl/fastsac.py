@@ -26,18 +26,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.nn import functional as F
+from torch.optim import Adam, AdamW
 
-from fuselab_env_core.ranges import (
-    LayerSizes,
-    NonNegativeFloat,
-    PositiveFloat,
-    PositiveInt,
-    Range,
-    Section,
-    build_section,
-)
+from fuselab_env_core import ranges
+from fuselab_env_core.ranges import LayerSizes, PositiveFloat, PositiveInt, Range, Section
 from fuselab_rl import distributed
-from fuselab_rl.fastsac_collector import AsyncCollector, Collector, EnvSpec
+from fuselab_rl.fastsac_collector import AsyncCollector, Collector, EnvSpec, elapsed_ms
 from fuselab_rl.fastsac_networks import ActorPolicy, TwinDistributionalCritic, project_distribution
 from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import EmpiricalNormalization
@@ -47,7 +41,6 @@ from fuselab_rl.threads import ThreadBudget
 log = logging.getLogger(__name__)
 
 UnitInterval = Annotated[float, Range(gt=0.0, le=1.0)]  # a discount, a soft-update rate
-NonNegativeInt = Annotated[int, Range(ge=0)]
 
 
 @dataclass
@@ -56,15 +49,14 @@ class CollectorCfg(Section):
 
     KEY = "algo.collector"
 
-    threads: PositiveInt | None = None  # null: split_threads decides (CPU learner: half)
+    threads: PositiveInt | None = None  # null: ThreadBudget.split decides (CPU learner: half)
     ring_slots: Annotated[int, Range(ge=2)] = 64
-    publish_interval: PositiveInt = 1
+    publish_interval: PositiveInt = 1  # publish the policy every this many actor updates
 
 
 @dataclass
 class FastSACConfig(Section):
-    """``algo`` of the composed config (configs/algo/fastsac.yaml), each field checked against
-    its type when built."""
+    """``algo`` of the composed config (configs/algo/fastsac.yaml)."""
 
     KEY = "algo"
 
@@ -72,7 +64,7 @@ class FastSACConfig(Section):
     steps_per_iteration: PositiveInt
     updates_per_step: PositiveFloat
     actor_update_interval: PositiveInt
-    learning_starts: NonNegativeInt
+    learning_starts: Annotated[int, Range(ge=0)]
     batch_size: PositiveInt
     buffer_size: PositiveInt
     gamma: UnitInterval
@@ -88,8 +80,8 @@ class FastSACConfig(Section):
     actor_lr: PositiveFloat
     critic_lr: PositiveFloat
     alpha_lr: PositiveFloat
-    weight_decay: NonNegativeFloat
-    max_grad_norm: NonNegativeFloat
+    weight_decay: ranges.NonNegativeFloat
+    max_grad_norm: ranges.NonNegativeFloat
     actor_hidden_dims: LayerSizes
     critic_hidden_dims: LayerSizes
     obs_normalization: bool
@@ -100,8 +92,7 @@ class FastSACConfig(Section):
     @classmethod
     def from_cfg(cls, algo: DictConfig) -> FastSACConfig:
         raw: dict[str, Any] = OmegaConf.to_container(algo, resolve=True)  # type: ignore[assignment]
-        unsized = auto_keys(raw)
-        if unsized:
+        if unsized := auto_keys(raw):
             raise ValueError(
                 f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
                 f"starts (choose_learner_sizes); here expected a value"
@@ -109,27 +100,24 @@ class FastSACConfig(Section):
         # what older checkpoints' configs hold besides: a per_task table, min_updates_per_step
         own = {k: v for k, v in raw.items() if k not in ("name", "per_task", *TABLES)}
         own.get("collector", {}).pop("min_updates_per_step", None)
-        missing = sorted({f.name for f in fields(cls)} - {"collector"} - own.keys())
-        if missing:
+        if missing := sorted({f.name for f in fields(cls)} - {"collector"} - own.keys()):
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
-        own["collector"] = build_section(CollectorCfg, own.get("collector", {}))
-        return build_section(cls, own)
+        own["collector"] = ranges.build_section(CollectorCfg, own.get("collector", {}))
+        return ranges.build_section(cls, own)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         for low, high in (("v_min", "v_max"), ("log_std_min", "log_std_max")):
             if not getattr(self, low) < getattr(self, high):
-                raise ValueError(
-                    f"algo.{low}, algo.{high}: expected {low} < {high}, got "
-                    f"{getattr(self, low)!r}, {getattr(self, high)!r}"
-                )
+                got = f"{getattr(self, low)!r}, {getattr(self, high)!r}"
+                raise ValueError(f"algo.{low}, algo.{high}: expected {low} < {high}, got {got}")
 
 
 def build_policy(cfg: FastSACConfig, obs_dim: int, action_dim: int) -> ActorPolicy:
     """The acting policy (the collector process builds its own with this)."""
+    std_range = (cfg.log_std_min, cfg.log_std_max)
     dims, normalize = cfg.actor_hidden_dims, cfg.obs_normalization
-    std_range = {"log_std_min": cfg.log_std_min, "log_std_max": cfg.log_std_max}
-    return ActorPolicy(obs_dim, action_dim, dims, normalize=normalize, **std_range)
+    return ActorPolicy(obs_dim, action_dim, dims, normalize, log_std_range=std_range)
 
 
 class FastSAC:
@@ -140,34 +128,26 @@ class FastSAC:
         self.cfg, self.spec, self.device = cfg, spec, device
         critic_dim, action_dim = spec.obs_dims["critic"], spec.action_dim
         self.policy = build_policy(cfg, spec.obs_dims["actor"], action_dim).to(device)
-        self.critic_normalizer: nn.Module = (
-            EmpiricalNormalization(critic_dim) if cfg.obs_normalization else nn.Identity()
-        ).to(device)
-        support = {"num_atoms": cfg.num_atoms, "v_min": cfg.v_min, "v_max": cfg.v_max}
-        self.critic = TwinDistributionalCritic(
-            critic_dim, action_dim, cfg.critic_hidden_dims, **support
-        ).to(device)
+        normalizer = EmpiricalNormalization(critic_dim) if cfg.obs_normalization else nn.Identity()
+        self.critic_normalizer: nn.Module = normalizer.to(device)
+        atoms, dims = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms), cfg.critic_hidden_dims
+        self.critic = TwinDistributionalCritic(critic_dim, action_dim, dims, atoms).to(device)
         distributed.broadcast_state(self.policy)  # under torchrun: rank 0's initial weights
         distributed.broadcast_state(self.critic)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(cfg.alpha_init), device=device, requires_grad=True)
-        self.target_entropy = -cfg.target_entropy_scale * spec.action_dim
-        self.actor_optimizer = torch.optim.AdamW(
-            self.policy.actor.parameters(), lr=cfg.actor_lr, weight_decay=cfg.weight_decay
-        )
-        self.critic_optimizer = torch.optim.AdamW(
-            self.critic.parameters(), lr=cfg.critic_lr, weight_decay=cfg.weight_decay
-        )
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr)
-        capacity_steps = max(cfg.buffer_size // spec.num_envs, cfg.n_step)
-        self.replay = NStepReplay(
-            spec.num_envs, capacity_steps, spec.obs_dims, action_dim, cfg.n_step, cfg.gamma, device
-        )
+        self.target_entropy = -cfg.target_entropy_scale * action_dim
+        actor, decay = self.policy.actor.parameters(), cfg.weight_decay
+        self.actor_optimizer = AdamW(actor, cfg.actor_lr, weight_decay=decay)
+        self.critic_optimizer = AdamW(self.critic.parameters(), cfg.critic_lr, weight_decay=decay)
+        self.alpha_optimizer = Adam([self.log_alpha], cfg.alpha_lr)
+        steps = max(cfg.buffer_size // spec.num_envs, cfg.n_step)
+        dims = spec.num_envs, steps, spec.obs_dims, action_dim
+        self.replay = NStepReplay(*dims, cfg.n_step, cfg.gamma, device)
         normalizers = {"actor": self.policy.normalizer, "critic": self.critic_normalizer}
         self.normalizers = {g: n for g, n in normalizers.items() if not isinstance(n, nn.Identity)}
-        # Under torchrun each rank takes env steps at its own pace: the normalizers accumulate
-        # them and merge over the ranks where every rank stands at the same update (before the
-        # first one and at iteration ends); alone, they merge at once.
+        # under torchrun the normalizers accumulate each rank's env steps and merge them where
+        # every rank stands at the same update (the first, iteration ends); alone, at once
         self.merge_at_once = distributed.world_size() == 1
         self.updates = self.actor_updates = 0
         self.critic_loss, self.actor_loss = self._critic_loss, self._actor_loss
@@ -180,22 +160,18 @@ class FastSAC:
             "FastSAC learner on %s: actor %s, critics 2 x %s over %d atoms [%g, %g], "
             "%d-step returns, bf16 %s, compile %s (%.1f ms)",
             *(device, list(cfg.actor_hidden_dims), list(cfg.critic_hidden_dims), cfg.num_atoms),
-            *(cfg.v_min, cfg.v_max, cfg.n_step, cfg.bf16, cfg.compile, _ms(started)),
+            *(cfg.v_min, cfg.v_max, cfg.n_step, cfg.bf16, cfg.compile, elapsed_ms(started)),
         )
 
     def observe(self, records: Sequence[Mapping[str, np.ndarray]]) -> None:
-        """Store env steps (transition records, in order) and add their observations to the
-        normalizers, once for all of them."""
+        """Store env steps (records, in order); their observations go to the normalizers."""
         for record in records:
             obs, next_obs = (
                 {g: torch.from_numpy(record[f"{k}.{g}"]) for g in self.spec.obs_dims}
                 for k in ("obs", "next_obs")
             )
-            step = (
-                torch.from_numpy(record[k])
-                for k in ("actions", "reward", "terminated", "truncated")
-            )
-            self.replay.add(obs, *step, next_obs)
+            step = ("actions", "reward", "terminated", "truncated")
+            self.replay.add(obs, *(torch.from_numpy(record[k]) for k in step), next_obs)
         written = self.replay.steps_written
         rows = torch.arange(written - len(records), written, device=self.device)
         rows %= self.replay.capacity
@@ -210,14 +186,11 @@ class FastSAC:
         for normalizer in self.normalizers.values():
             normalizer.merge()
 
-    # -- losses ----------------------------------------------------------------------------------
-
     def _critic_loss(self, batch: NStepBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cross-entropy of each critic's distribution against the projected n-step target of
-        the target critic whose mean is lower; and the critics' mean Q."""
-        atoms = self.critic.atoms
+        """Cross-entropy of each critic's distribution against the n-step target distribution
+        (projected onto the support) of the target critic whose mean is lower; the mean Q."""
+        atoms, next_obs = self.critic.atoms, batch.next_obs
         with torch.no_grad():
-            next_obs = batch.next_obs
             next_actions, next_log_prob = self.policy.actor.sample(
                 self.policy.normalizer(next_obs["actor"])
             )
@@ -240,8 +213,6 @@ class FastSAC:
         loss = (self.log_alpha.detach().exp() * log_prob.float() - q).mean()
         return loss, log_prob.detach().float()
 
-    # -- update ----------------------------------------------------------------------------------
-
     def update(self) -> None:
         """One critic update and the soft update of its target; every ``actor_update_interval``
         an actor and temperature update. Metrics accumulate on the device (:meth:`metrics`)."""
@@ -252,9 +223,7 @@ class FastSAC:
             critic_loss, q = self.critic_loss(batch)
         self.critic_optimizer.zero_grad(set_to_none=True)
         critic_loss.backward()
-        self._average_gradients(self.critic.parameters())
-        self._clip(self.critic)
-        self.critic_optimizer.step()
+        self._step(self.critic_optimizer, self.critic.parameters())
         with torch.no_grad():  # target <- target + tau * (online - target), one fused call
             target, online = list(self.critic_target.parameters()), list(self.critic.parameters())
             torch._foreach_lerp_(target, online, self.cfg.tau)
@@ -277,24 +246,20 @@ class FastSAC:
             (actor_loss + alpha_loss).backward()
         finally:
             self.critic.requires_grad_(True)
-        self._average_gradients([*self.policy.actor.parameters(), self.log_alpha])
-        self._clip(self.policy.actor)
-        self.actor_optimizer.step()
+        self._step(self.actor_optimizer, self.policy.actor.parameters(), [self.log_alpha])
         self.alpha_optimizer.step()
-        self._add(
-            {"Loss/actor": actor_loss, "Loss/alpha": alpha_loss, "Policy/entropy": -log_prob.mean()}
-        )
+        entropy = -log_prob.mean()
+        self._add({"Loss/actor": actor_loss, "Loss/alpha": alpha_loss, "Policy/entropy": entropy})
 
-    def _average_gradients(self, parameters: Iterable[torch.Tensor]) -> None:
-        """Under torchrun, every rank's mean gradient: the same step on every rank (the time is
-        the host's: with NCCL, until the all-reduce is queued)."""
-        started = time.perf_counter()
-        distributed.average_gradients(parameters)
+    def _step(self, optimizer: Any, parameters: Iterable[torch.Tensor], more: Any = ()) -> None:
+        """Average the gradients over torchrun's ranks (with ``more``'s, in one all-reduce; timed
+        on the host: with NCCL, until it is queued), clip them, step."""
+        started, parameters = time.perf_counter(), list(parameters)
+        distributed.average_gradients([*parameters, *more])
         self._allreduce_s += time.perf_counter() - started
-
-    def _clip(self, module: nn.Module) -> None:
         if self.cfg.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(module.parameters(), self.cfg.max_grad_norm)
+            nn.utils.clip_grad_norm_(parameters, self.cfg.max_grad_norm)
+        optimizer.step()
 
     def _add(self, values: Mapping[str, torch.Tensor]) -> None:
         for key, value in values.items():
@@ -309,25 +274,15 @@ class FastSAC:
         out["Perf/allreduce_s"], self._allreduce_s = self._allreduce_s, 0.0
         return out
 
-    # -- state -----------------------------------------------------------------------------------
-
     def _stateful(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy,
-            "critic_normalizer": self.critic_normalizer,
-            "critic": self.critic,
-            "critic_target": self.critic_target,
-            "actor_optimizer": self.actor_optimizer,
-            "critic_optimizer": self.critic_optimizer,
-            "alpha_optimizer": self.alpha_optimizer,
-        }
+        names = ["policy", "critic_normalizer", "critic", "critic_target"]
+        names += ["actor_optimizer", "critic_optimizer", "alpha_optimizer"]
+        return {name: getattr(self, name) for name in names}
 
     def state_dict(self) -> dict[str, Any]:
-        return {name: part.state_dict() for name, part in self._stateful().items()} | {
-            "log_alpha": self.log_alpha.detach().clone(),
-            "updates": self.updates,
-            "actor_updates": self.actor_updates,
-        }
+        state = {name: part.state_dict() for name, part in self._stateful().items()}
+        counts = {"updates": self.updates, "actor_updates": self.actor_updates}
+        return state | {"log_alpha": self.log_alpha.detach().clone(), **counts}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, part in self._stateful().items():
@@ -338,8 +293,7 @@ class FastSAC:
 
 
 class FastSACTrainer:
-    """The runner's Trainer for FastSAC (see :mod:`fuselab_rl.runner`): the learner, fed by the
-    mode's collector."""
+    """The runner's Trainer (:mod:`fuselab_rl.runner`): the learner, fed by the mode's collector."""
 
     def __init__(self, cfg: DictConfig, device: torch.device, threads: ThreadBudget, run_dir: Path):
         started = time.perf_counter()
@@ -349,7 +303,7 @@ class FastSACTrainer:
         self.cfg = algo = FastSACConfig.from_cfg(cfg.algo)
         self.updates_per_iteration = max(1, round(algo.steps_per_iteration * algo.updates_per_step))
         torch.manual_seed(int(cfg.seed))
-        self.collector = self._make_collector(cfg, threads.total)
+        self.collector = self._make_collector(cfg, threads)
         self.spec = self.collector.spec
         try:
             self.learner = FastSAC(algo, self.spec, self.device)
@@ -359,11 +313,10 @@ class FastSACTrainer:
         except BaseException:
             self.close()
             raise
-        log.info("FastSAC trainer ready (%.1f ms)", _ms(started))
+        log.info("FastSAC trainer ready (%.1f ms)", elapsed_ms(started))
 
-    def _make_collector(self, cfg: DictConfig, total_threads: int) -> Collector:
-        """The env in this process (sync), or a collector process that builds it (async), with
-        the threads split between that process and this one."""
+    def _make_collector(self, cfg: DictConfig, budget: ThreadBudget) -> Collector:
+        """The env in this process (sync), or in a collector process that gets its threads."""
         seed, random_steps = int(cfg.seed), self.cfg.learning_starts
         if self.cfg.mode == "sync":
             # the env first: torch reading its thread count before the env is built lets the
@@ -371,25 +324,17 @@ class FastSACTrainer:
             collector = Collector(cfg, seed=seed, random_steps=random_steps)
             log.info("sync FastSAC: torch %d threads on %s", torch.get_num_threads(), self.device)
             return collector
-        threads = split_threads(total_threads, self.device, self.cfg.collector.threads)
+        threads = budget.split(self.device.type, self.cfg.collector.threads)
         torch.set_num_threads(threads[1])
-        log.info(
-            "async FastSAC: %d threads -> collector %d (physics, fused kernel, policy on cpu), "
-            "learner %d (torch on %s)",
-            *(total_threads, *threads, self.device),
-        )
+        message = "async FastSAC: %d threads -> collector %d (physics, kernel, policy), learner %d"
+        log.info(message + " (torch on %s)", budget.total, *threads, self.device)
         env_cfg: dict = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
         env_cfg.pop("algo", None)
-        make_policy = functools.partial(build_policy, self.cfg)
-        slots = self.cfg.collector.ring_slots
-        return AsyncCollector(
-            env_cfg,
-            make_policy,
-            random_steps=random_steps,
-            ring_slots=slots,
-            num_threads=threads[0],
-            seed=seed,
+        make_policy, slots = (
+            functools.partial(build_policy, self.cfg),
+            self.cfg.collector.ring_slots,
         )
+        return AsyncCollector(env_cfg, make_policy, random_steps, slots, threads[0], seed)
 
     def iterate(self) -> dict[str, float]:
         """``updates_per_iteration`` updates. Each env step, once the replay holds
@@ -447,8 +392,7 @@ class FastSACTrainer:
 
     @staticmethod
     def inference_policy(algo: DictConfig, state: dict[str, Any]) -> nn.Module:
-        """What :meth:`export_policy` returns, from a checkpoint's ``algo`` config and
-        ``trainer`` state: the policy sized from its saved weights."""
+        """:meth:`export_policy` from a checkpoint's ``algo`` config and ``trainer`` state."""
         _check_state(state)
         weights = state["learner"]["policy"]
         policy = build_policy(FastSACConfig.from_cfg(algo), *ActorPolicy.saved_dims(weights))
@@ -459,31 +403,6 @@ class FastSACTrainer:
         self.collector.close()
 
 
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1e3
-
-
 def _check_state(state: dict[str, Any]) -> None:
-    if state.get("algorithm") != "fastsac":
-        raise ValueError(
-            f"checkpoint: expected a FastSAC state, got algorithm {state.get('algorithm')!r}"
-        )
-
-
-def split_threads(
-    total: int, device: torch.device, collector_threads: int | None
-) -> tuple[int, int]:
-    """(collector, learner) threads out of ``total``: a CUDA learner needs one thread to feed
-    the GPU, a CPU learner gets half; the collector never gets fewer than one."""
-    if collector_threads is not None:
-        if not 1 <= collector_threads <= total:
-            raise ValueError(
-                f"algo.collector.threads: expected null or an int in 1..{total} (the thread "
-                f"budget), got {collector_threads!r}"
-            )
-        return collector_threads, max(1, total - collector_threads)
-    if total <= 1:
-        return 1, 1
-    if device.type == "cuda":
-        return total - 1, 1
-    return max(1, total // 2), total - max(1, total // 2)
+    if (got := state.get("algorithm")) != "fastsac":
+        raise ValueError(f"checkpoint: expected a FastSAC state, got algorithm {got!r}")

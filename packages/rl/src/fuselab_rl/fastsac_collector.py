@@ -1,18 +1,12 @@
 """FastSAC's collector: where the learner's env steps come from.
 
 Every env step (of every env) is one transition record (:func:`record_dtype`), numbered from 0
-and written by :meth:`EnvStepper.step`, which both collectors call:
-
-- :class:`Collector` (``algo.mode=sync``): in the learner's process, whenever the trainer waits
-  for an env step, acting with the learner's own policy on its device.
-- :class:`AsyncCollector` (``algo.mode=async``): in a collector process (:func:`collector_main`)
-  while the learner learns, each record written straight into a slot of a shared-memory ring
-  (:mod:`fuselab_rl.transport`), acting with the policy the learner last published. A full ring
-  blocks it; ten times a second it checks that the learner lives and has not asked it to stop.
-  It unlinks the shared memory when it ends; its log records go to the learner's loggers.
-
-The actions are uniform in [-1, 1] for the first ``random_steps`` env steps while the acting
-policy has had no update (a resumed run's policy acts from the first step).
+and written by :meth:`EnvStepper.step`, which both collectors call: :class:`Collector`
+(``algo.mode=sync``) in the learner's process whenever the trainer waits for an env step, with
+the learner's own policy; :class:`AsyncCollector` (``algo.mode=async``) in a collector process
+while the learner learns, into the slots of a shared-memory ring (:mod:`fuselab_rl.transport`),
+with the policy the learner last published. The actions are uniform in [-1, 1] for the first
+``random_steps`` env steps while the acting policy has had no update.
 """
 
 from __future__ import annotations
@@ -21,10 +15,8 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
-import queue
 import signal
 import sys
-import threading
 import time
 import traceback
 import weakref
@@ -46,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIVENESS_S = 0.1  # how often a waiting side checks the other process
+START_TIMEOUT_S = 300.0  # for the collector process to build the env (and compile its kernel)
 
 
 class CollectorFailed(PartnerFailed):
@@ -73,9 +66,8 @@ class EnvSpec:
 
 
 def record_dtype(spec: EnvSpec) -> np.dtype:
-    """One env step of every env, each field on cache lines of its own. Besides the transition:
-    "episodes", (count, return sum, length sum) of those that ended; "timing", (busy s, env.step
-    s, blocked s, monotonic commit time), busy being policy, env.step and copies."""
+    """One env step of every env, each field on cache lines of its own; "episodes": (count,
+    return sum, length sum) of those that ended, "timing": (busy, env.step, blocked s, commit)."""
     n, groups = spec.num_envs, spec.obs_dims.items()
     fields = {"seq": (np.int64, ())}
     fields |= {f"{k}.{g}": (np.float32, (n, d)) for k in ("obs", "next_obs") for g, d in groups}
@@ -139,9 +131,8 @@ class EnvStepper:
 
 
 class Collector:
-    """The collector of ``algo.mode=sync``: the env in this process, stepped into one record
-    whenever the trainer waits for an env step, with the learner's own policy (so there is never
-    a copy to publish). Both collectors sum up the records they hand over (:meth:`metrics`)."""
+    """``algo.mode=sync``: the env in this process, stepped into one record whenever the trainer
+    waits for an env step, with the learner's own policy (so there is never a copy to publish)."""
 
     free_running = False  # steps on its own (its own process), not only when waited for
     learner: FastSAC
@@ -164,19 +155,15 @@ class Collector:
         """Raise :class:`CollectorFailed` if collection failed."""
 
     def feed(self, wait: bool) -> int:
-        """Hand the env steps held to the learner's replay, in order; with ``wait`` at least
-        one, waited for (here: the env steps). Returns how many."""
+        """Hand the env steps held to the learner, in order; with ``wait`` at least one (here: the
+        env steps). Returns how many."""
         if not wait:
             return 0
         self.stepper.step(self.record, self.learner.updates, blocked_s=0.0)
-        self._count(self.record)
-        self.learner.observe([self.record])
-        return 1
+        return self._hand_over([self.record])
 
     def close(self) -> None:
-        """Stop the env's backend threads."""
-        if hasattr(self.env.backend, "close"):
-            self.env.backend.close()
+        getattr(self.env.backend, "close", lambda: None)()  # the backend's threads
 
     def _reset_stats(self, spec: EnvSpec) -> None:
         self.spec, self.episodes = spec, EpisodeStats(spec.num_envs)
@@ -184,25 +171,29 @@ class Collector:
         self.steps, self.last_commit = 0, 0.0
         self.since: float | None = None  # the last commit before these steps, or their start
 
-    def _count(self, record: np.ndarray) -> None:
-        finished, return_sum, length_sum = record["episodes"].tolist()
-        self.episodes.add_step(
-            dict(zip(self.spec.reward_terms, record["reward_terms"].tolist(), strict=True)),
-            dict(zip(self.spec.terminations, record["terminations"].tolist(), strict=True)),
-            int(finished),
-            episode_return=return_sum / max(finished, 1.0),
-            episode_length=length_sum / max(finished, 1.0),
-        )
-        busy_s, env_s, blocked_s, commit = record["timing"].tolist()
-        self.sums += busy_s, env_s, blocked_s, self.learner.updates - int(record["policy_updates"])
-        if self.since is None:
-            self.since = commit - busy_s - blocked_s
-        self.steps, self.last_commit = self.steps + 1, commit
+    def _hand_over(self, records: list[np.ndarray]) -> int:
+        """Records into the learner's replay and the metrics; returns how many."""
+        for record in records:
+            finished, return_sum, length_sum = record["episodes"].tolist()
+            self.episodes.add_step(
+                dict(zip(self.spec.reward_terms, record["reward_terms"].tolist(), strict=True)),
+                dict(zip(self.spec.terminations, record["terminations"].tolist(), strict=True)),
+                int(finished),
+                episode_return=return_sum / max(finished, 1.0),
+                episode_length=length_sum / max(finished, 1.0),
+            )
+            busy_s, env_s, blocked_s, commit = record["timing"].tolist()
+            lag = self.learner.updates - int(record["policy_updates"])
+            self.sums += busy_s, env_s, blocked_s, lag
+            if self.since is None:
+                self.since = commit - busy_s - blocked_s
+            self.steps, self.last_commit = self.steps + 1, commit
+        self.learner.observe(records)
+        return len(records)
 
     def metrics(self) -> dict[str, float]:
-        """Since the last call: episodes and terms (the runner's :class:`EpisodeStats`), the
-        collection rate (a ``free_running`` collector's over wall-clock time, waits on a full
-        ring included, else over busy time, as in PPO), timing and policy lag."""
+        """Since the last call: episodes and terms, timing, policy lag and the collection rate (of
+        a ``free_running`` collector over wall-clock time, else over busy time, as in PPO)."""
         out = self.episodes.metrics()
         if self.steps and self.since is not None:
             busy_s, env_s, blocked_s, lag = self.sums.tolist()
@@ -221,8 +212,7 @@ class Collector:
 
 
 class PolicyPacker:
-    """A module's floating-point parameters and buffers (``state_dict`` order) as one float32
-    vector and back."""
+    """A module's floating-point parameters and buffers as one float32 vector and back."""
 
     def __init__(self, module: torch.nn.Module):
         self.tensors = [t for t in module.state_dict().values() if t.is_floating_point()]
@@ -240,9 +230,8 @@ class PolicyPacker:
 
 
 class AsyncCollector(Collector):
-    """The collector of ``algo.mode=async``: spawns, feeds on and supervises the collector
-    process, which builds the env, the policy (``make_policy(actor obs dim, action dim)``,
-    picklable) and the ring of ``ring_slots`` env steps (fewer if /dev/shm is short)."""
+    """``algo.mode=async``: spawns and supervises the collector process, which builds the env,
+    the policy (``make_policy(obs dim, action dim)``) and a ring of ``ring_slots`` env steps."""
 
     free_running = True
 
@@ -250,26 +239,23 @@ class AsyncCollector(Collector):
         self,
         cfg: dict,
         make_policy: Callable[[int, int], torch.nn.Module],
-        *,
         random_steps: int,
         ring_slots: int,
         num_threads: int,
         seed: int,
-        timeout_s: float = 300.0,
     ):
         started = time.perf_counter()
         plan = (cfg, make_policy, random_steps, ring_slots, num_threads, seed)
-        orphans = remove_orphaned_segments()
-        if orphans:
+        if orphans := remove_orphaned_segments():
             log.warning("/dev/shm: removed %s (left by killed FastSAC runs)", orphans)
         context = mp.get_context("spawn")
         self.conn, child_conn = context.Pipe()  # messages: ready, error (from it), stop (to it)
         self.links, self.segments = Links(context), []  # the segments go with the process
-        self.taken, self.wait_s, self.error, self.child_error = 0, 0.0, "", ""
-        self.logs = _ChildLogs(context.Queue())
+        self.wait_s, self.error, self.child_error = 0.0, "", ""
+        self.logs = QueueListener(context.Queue(), _ToLoggers())
         self.logs.start()
         level = logging.getLogger("fuselab_rl").getEffectiveLevel()
-        args = (child_conn, self.links, self.logs.queue, level, *plan, time.monotonic())
+        args = (child_conn, self.links, self.logs.queue, level, (*plan, time.monotonic()))
         self.process = context.Process(target=collector_main, args=args, daemon=True)
         # With the stop signals blocked the child cannot die of a Ctrl-C before collector_main
         # ignores them (it inherits the mask); the learner handles them.
@@ -279,30 +265,20 @@ class AsyncCollector(Collector):
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         child_conn.close()
-        self.release = weakref.finalize(
-            self, _release, self.process, self.conn, self.segments, self.logs
-        )
-        log.info("collector process %d spawned (%.1f ms)", self.process.pid, _ms(started))
-        while not self.conn.poll(LIVENESS_S):
+        owned = self.process, self.conn, self.segments, self.logs  # released together
+        self.release = weakref.finalize(self, _release, *owned)
+        log.info("collector process %d spawned (%.1f ms)", self.process.pid, elapsed_ms(started))
+        while (ready := self._receive(LIVENESS_S)) is None:
             self.check()  # raises once it died, with the error it reported
-            if _ms(started) > timeout_s * 1e3:
+            if elapsed_ms(started) > START_TIMEOUT_S * 1e3:
                 self.close()
-                raise CollectorFailed(f"collector process: not ready within {timeout_s:.0f} s")
-        with contextlib.suppress(EOFError):  # it died: check() says how
-            kind, *ready = self.conn.recv()
-            if kind == "ready":
-                spec, ring, slots, weights, numel = ready
-                self.ring = SlotRing(record_dtype(spec), slots, self.links, name=ring)
-                self.weights = SharedWeights(numel, self.links, name=weights)
-                self.segments += [self.ring, self.weights]
-            else:
-                self.child_error = ready[0].strip()  # an error: the collector exits next
-        if not self.segments:
-            self.check(wait_s=10.0)
-            self.close()
-            raise CollectorFailed(f"collector process: {self.child_error or 'not ready'}")
+                raise CollectorFailed(f"collector process: not ready in {START_TIMEOUT_S:.0f} s")
+        spec, ring, slots, weights, numel = ready
+        self.ring = SlotRing(record_dtype(spec), slots, self.links, name=ring)
+        self.weights = SharedWeights(numel, self.links, name=weights)
+        self.segments += [self.ring, self.weights]
         self._reset_stats(spec)
-        log.info("collector ready: ring %s, %d slots (%.1f ms)", ring, slots, _ms(started))
+        log.info("collector ready: ring %s, %d slots (%.1f ms)", ring, slots, elapsed_ms(started))
 
     def start(self, learner: FastSAC) -> None:
         """Publish the learner's policy as the first version: the collector steps from now on."""
@@ -323,14 +299,7 @@ class AsyncCollector(Collector):
             while not (ready := self.ring.ready(timeout_s=LIVENESS_S)):
                 self.check()
             self.wait_s += time.perf_counter() - started
-        records = [self.ring.record(k) for k in range(ready)]
-        for record in records:
-            if int(record["seq"]) != self.taken:  # a lost or repeated env step
-                raise RuntimeError(f"ring: record {int(record['seq'])}, expected {self.taken}")
-            self.taken += 1
-            self._count(record)
-        self.learner.observe(records)
-        self.ring.release(ready)
+        self.ring.release(self._hand_over([self.ring.record(k) for k in range(ready)]))
         return ready
 
     def metrics(self) -> dict[str, float]:
@@ -340,20 +309,26 @@ class AsyncCollector(Collector):
         self.wait_s = 0.0
         return out
 
-    def check(self, wait_s: float = 0.0) -> None:
+    def _receive(self, timeout_s: float = 0.0) -> list | None:
+        """The collector's next message (a list), or None; an error it reports is kept."""
+        with contextlib.suppress(EOFError, OSError):  # it is gone, or we closed the pipe
+            if self.conn.poll(timeout_s):
+                kind, *message = self.conn.recv()
+                if kind != "error":
+                    return message
+                self.child_error = message[0].strip()
+        return None
+
+    def check(self) -> None:
         """Raise :class:`CollectorFailed` (after releasing everything) if the collector died."""
         if not self.error:
-            self.process.join(wait_s)
             if self.process.is_alive():
                 return
-            code = self.process.exitcode
+            self._receive()  # the error it reported last, if any
+            code = self.process.exitcode or 0
             reason = f"exit code {code}"
-            if code is not None and code < 0:
-                reason = f"killed by {signal.Signals(-code).name} (exit code {code})"
-            with contextlib.suppress(EOFError, OSError):
-                while not self.child_error and self.conn.poll():
-                    kind, *message = self.conn.recv()
-                    self.child_error = message[0].strip() if kind == "error" else ""
+            if code < 0:
+                reason = f"killed by {signal.Signals(-code).name} ({reason})"
             reason += f": {self.child_error}" if self.child_error else ""
             self.error = f"collector process (pid {self.process.pid}) failed: {reason}"
             log.error("%s", self.error)
@@ -368,7 +343,7 @@ class AsyncCollector(Collector):
             log.info("collector process %d stopped (exit code %s)", pid, code)
 
 
-def _ms(started: float) -> float:
+def elapsed_ms(started: float) -> float:
     return (time.perf_counter() - started) * 1e3
 
 
@@ -385,51 +360,21 @@ def _release(process: Any, conn: Any, segments: list, logs: QueueListener) -> No
     for segment in segments:
         segment.close()
         segment.unlink()
-    logs.stop()
-
-
-class _ChildLogs(QueueListener):
-    """Hands the collector's log records to this process's loggers (the logging cookbook's
-    recipe for several processes). Stopping puts nothing into the queue, whose lock a killed
-    collector may hold: the listener ends once the queue stays empty."""
-
-    def __init__(self, log_queue: Any):
-        super().__init__(log_queue, _ToLoggers())
-        self.stopping = threading.Event()
-
-    def enqueue_sentinel(self) -> None:
-        self.stopping.set()
-
-    def dequeue(self, block: bool) -> Any:
-        while True:
-            try:
-                return self.queue.get(timeout=LIVENESS_S / 2)
-            except queue.Empty:
-                if self.stopping.is_set():
-                    return self._sentinel
+    if (process.exitcode or 0) >= 0:  # a killed collector may hold the queue's lock for ever:
+        logs.stop()  # then the listener (a daemon thread) goes with this process
 
 
 class _ToLoggers(logging.Handler):
+    """The collector's log records to this process's loggers (the logging cookbook's recipe)."""
+
     def emit(self, record: logging.LogRecord) -> None:
         logging.getLogger(record.name).handle(record)
 
 
-def collector_main(
-    conn: Any,
-    links: Links,
-    log_queue: Any,
-    log_level: int,
-    cfg: dict,
-    make_policy: Callable[[int, int], torch.nn.Module],
-    random_steps: int,
-    ring_slots: int,
-    num_threads: int,
-    seed: int,
-    spawned_at: float,
-) -> None:
+def collector_main(conn: Any, links: Links, log_queue: Any, log_level: int, plan: tuple) -> None:
     """The collector process: build the env, the policy and the shared memory (named after the
-    learner), report them, then step the env, one record per env step into the ring, until the
-    learner asks it to stop or vanishes."""
+    learner), report them, then step the env into the ring until the learner stops or vanishes."""
+    cfg, make_policy, random_steps, ring_slots, num_threads, seed, spawned_at = plan
     # Ctrl-C and a scheduler's SIGTERM reach the whole process group: the learner handles them
     # (saves, then stops us)
     for number in STOP_SIGNALS:
@@ -465,7 +410,12 @@ def collector_main(
         weights = SharedWeights(packer.numel, links, owner=learner.pid)
         segments += [ring, weights]
         conn.send(("ready", spec, ring.name, ring.slots, weights.name, packer.numel))
-        log.info("env %s, %d threads: ready (%.1f ms)", cfg["task_name"], num_threads, _ms(started))
+        log.info(
+            "env %s on %d threads ready (%.1f ms)",
+            cfg["task_name"],
+            num_threads,
+            elapsed_ms(started),
+        )
         version, policy_updates, checked = 0, 0, time.perf_counter()
         while True:
             started = time.perf_counter()
@@ -488,7 +438,7 @@ def collector_main(
         if not learner.is_alive():
             sys.exit(3)
     except BaseException as error:
-        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        text = traceback.format_exc()
         log.error("failed:\n%s", text)
         with contextlib.suppress(OSError, ValueError):  # the learner may be gone already
             conn.send(("error", f"{type(error).__name__}: {error}\n{text}"))

@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fuselab_rl.networks import EmpiricalNormalization
@@ -26,19 +26,14 @@ def layer_norm_mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int | None)
 
 
 class SquashedGaussianActor(nn.Module):
-    """A Gaussian over pre-squash actions whose log-std is bounded smoothly by a tanh."""
+    """A Gaussian over pre-squash actions whose log-std is bounded smoothly by a tanh to
+    ``log_std_range``."""
 
     def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        hidden_dims: Sequence[int],
-        *,
-        log_std_min: float = -5.0,
-        log_std_max: float = 2.0,
+        self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], log_std_range=(-5.0, 2.0)
     ):
         super().__init__()
-        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+        self.log_std_min, self.log_std_max = log_std_range
         self.trunk = layer_norm_mlp(obs_dim, hidden_dims, None)
         self.mean = nn.Linear(hidden_dims[-1], action_dim)
         self.log_std = nn.Linear(hidden_dims[-1], action_dim)
@@ -69,21 +64,12 @@ class ActorPolicy(nn.Module):
     ``merge_normalizers``)."""
 
     def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        hidden_dims: Sequence[int],
-        *,
-        normalize: bool = True,
-        log_std_min: float = -5.0,
-        log_std_max: float = 2.0,
+        self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], normalize=True, **actor
     ):
         super().__init__()
         self.obs_dim, self.action_dim = obs_dim, action_dim
         self.normalizer: nn.Module = EmpiricalNormalization(obs_dim) if normalize else nn.Identity()
-        self.actor = SquashedGaussianActor(
-            obs_dim, action_dim, hidden_dims, log_std_min=log_std_min, log_std_max=log_std_max
-        )
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, hidden_dims, **actor)
 
     @staticmethod
     def saved_dims(state: Mapping[str, torch.Tensor]) -> tuple[int, int]:
@@ -101,24 +87,15 @@ class ActorPolicy(nn.Module):
 
 
 class TwinDistributionalCritic(nn.Module):
-    """Two independent critics, each a categorical distribution over ``num_atoms`` returns."""
+    """Two independent critics, each a categorical distribution over the returns ``atoms``."""
 
     atoms: torch.Tensor
 
-    def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        hidden_dims: Sequence[int],
-        *,
-        num_atoms: int,
-        v_min: float,
-        v_max: float,
-    ):
+    def __init__(self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], atoms: Tensor):
         super().__init__()
-        self.q1 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, num_atoms)
-        self.q2 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, num_atoms)
-        self.register_buffer("atoms", torch.linspace(v_min, v_max, num_atoms))
+        self.q1 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, len(atoms))
+        self.q2 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, len(atoms))
+        self.register_buffer("atoms", atoms.clone())
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Logits (2, B, num_atoms)."""

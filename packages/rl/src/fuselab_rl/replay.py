@@ -68,10 +68,6 @@ class NStepReplay:
         mib = sum(t.nbytes for t in [*tensors, self.terminated, self.ended]) / 2**20
         log.info("replay: %d steps x %d envs (%.1f MiB on %s)", *shape, mib, device)
 
-    def __len__(self) -> int:
-        """Transitions stored."""
-        return min(self.steps_written, self.capacity) * self.num_envs
-
     def add(
         self,
         obs: Mapping[str, torch.Tensor],

@@ -1,21 +1,18 @@
-"""Shared memory between two processes: a ring of records and a weights buffer.
-
-numpy and multiprocessing only, and no assumption about the CPU's memory ordering: memory changes
-hands only through multiprocessing's primitives, which order it on every architecture.
+"""Shared memory between two processes: a ring of records and a weights buffer. numpy and
+multiprocessing only; no assumption about the CPU's memory ordering, as memory changes hands only
+through multiprocessing's primitives, which order it on every architecture:
 
 - :class:`SlotRing`: records (a numpy structured dtype) in a shared-memory segment. A slot is
-  held by one side at a time and changes hands as its index goes through a pipe: the producer
-  fills a free slot and sends its index on the *filled* pipe, the consumer reads it and sends the
-  index back on the *free* one. The kernel orders a pipe's write before the read that returns it,
-  so the reader sees what the writer wrote. A full ring blocks the producer, an empty one the
-  consumer; each pipe has one writer and one reader.
+  held by one side at a time and changes hands as its index goes through a pipe (one writer, one
+  reader): the producer fills a free slot and sends its index on the *filled* pipe, the consumer
+  reads the slot and sends the index back on the *free* one. The kernel orders a pipe's write
+  before the read that returns it. A full ring blocks the producer, an empty one the consumer.
 - :class:`SharedWeights`: a float32 vector and its version under a ``multiprocessing.Lock`` (a
   POSIX semaphore, which synchronizes memory). The writer takes the lock; the reader only tries
   it, so it never waits: while the writer holds it, the reader keeps what it has.
 
-The pipes and the lock (:class:`Links`) go to the other process as a Process argument (the way
-multiprocessing shares a lock). Segments are named in /dev/shm after :data:`SHM_PREFIX` and an
-owner's pid, so that :func:`remove_orphaned_segments` can unlink those whose owner is gone.
+The pipes and the lock (:class:`Links`) go to the other process as a Process argument. Segments
+are named in /dev/shm after :data:`SHM_PREFIX` and an owner's pid.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ def shm_name(kind: str, owner: int | None = None) -> str:
 
 
 def remove_orphaned_segments() -> list[str]:
-    """Unlink the segments of ours whose owner (the pid in the name) is gone: when both
-    processes are killed together (SIGKILL to the process group, the OOM killer), nobody was
-    left to release them. Returns their names."""
+    """Unlink the segments of ours whose owner (the pid in the name) is gone (both processes were
+    killed together: nobody was left to release them). Returns their names."""
     orphans = []
     for name in sorted(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else []:
         owner = re.match(rf"{SHM_PREFIX}_(\d+)_", name)
@@ -56,11 +52,10 @@ def remove_orphaned_segments() -> list[str]:
 
 
 def _free_mib() -> float:
-    try:
+    with contextlib.suppress(OSError):
         stat = os.statvfs("/dev/shm")
-    except OSError:
-        return float("nan")
-    return stat.f_bavail * stat.f_frsize / 2**20
+        return stat.f_bavail * stat.f_frsize / 2**20
+    return float("nan")
 
 
 class Links:
@@ -73,8 +68,7 @@ class Links:
 
 
 class _Shared:
-    """A shared-memory segment: created as ``kind`` of ``owner`` with ``nbytes``, or attached
-    to by ``name``."""
+    """A shared-memory segment, attached to by ``name`` or created (``kind`` of ``owner``)."""
 
     def __init__(self, name: str | None, kind: str, owner: int | None, nbytes: int):
         if name is not None:
@@ -100,10 +94,8 @@ class _Shared:
     def close(self) -> None:
         """Unmap the segment. The views into it must go first: so does every attribute."""
         self.__dict__ = {"segment": self.segment}
-        try:
+        with contextlib.suppress(BufferError):  # a view lives on: the process's end unmaps it
             self.segment.close()
-        except BufferError:  # a view is still alive elsewhere; the mapping goes with the process
-            log.debug("shared memory %s: views still exported", self.segment.name)
 
     def unlink(self) -> None:
         with contextlib.suppress(FileNotFoundError):  # the other process released it already
@@ -111,9 +103,8 @@ class _Shared:
 
 
 class SlotRing(_Shared):
-    """Records handed over by slot index (see the module doc). Created, it is the producer's
-    side and holds every slot: ``slots`` of them, fewer if they would take more than half of
-    /dev/shm's free space. Attached to by ``name``, it is the consumer's."""
+    """Records handed over by slot index. Created, the producer's side, holding all ``slots`` (fewer
+    if they would fill half of /dev/shm's free space); attached to by ``name``, the consumer's."""
 
     def __init__(
         self, record: np.dtype, slots: int, links: Links, *, owner: int = 0, name: str | None = None
@@ -121,11 +112,8 @@ class SlotRing(_Shared):
         free_mib, mib = _free_mib(), record.itemsize / 2**20
         if name is None and slots * mib > free_mib / 2:  # never for nan
             fitted = max(2, int(free_mib / 2 // mib))
-            log.warning(
-                "algo.collector.ring_slots: %d slots of %.1f MiB exceed half of /dev/shm's "
-                "%.0f MiB free; using %d",
-                *(slots, mib, free_mib, fitted),
-            )
+            message = "algo.collector.ring_slots: %d slots of %.1f MiB exceed half of /dev/shm's"
+            log.warning(message + " %.0f MiB free; using %d", slots, mib, free_mib, fitted)
             slots = fitted
         super().__init__(name, "ring", owner, slots * record.itemsize)
         self.slots, self.links = slots, links
@@ -134,8 +122,7 @@ class SlotRing(_Shared):
         self.held: deque[int] = deque(range(slots) if name is None else [])  # free, or filled
 
     def claim(self, timeout_s: float = 0.0) -> np.ndarray | None:
-        """(Producer) a free slot's record, waiting up to ``timeout_s`` for the consumer to
-        free one; None while the ring is full."""
+        """(Producer) a free slot's record, waiting up to ``timeout_s``; None if none is."""
         if not self.held and self.links.free_reader.poll(timeout_s):
             self.held.append(self.links.free_reader.recv())
         return self.records[self.held[0]] if self.held else None
@@ -163,9 +150,8 @@ class SlotRing(_Shared):
 
 
 class SharedWeights(_Shared):
-    """A float32 vector that one process publishes and the other copies (see the module doc),
-    with its version (0: none yet) and a tag the writer gives with it. Created by the reader,
-    attached to by ``name``."""
+    """A float32 vector the writer publishes (with a version, 0 for none yet, and a tag) and the
+    reader, which creates it, copies; the writer attaches to it by ``name``."""
 
     def __init__(self, numel: int, links: Links, *, owner: int = 0, name: str | None = None):
         super().__init__(name, "weights", owner, 16 + 4 * numel)
