@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import signal
 import subprocess
+import sys
 import time
 from multiprocessing import shared_memory
 
@@ -97,6 +98,11 @@ def test_ring_never_loses_duplicates_or_tears_a_record_across_processes():
         producer.kill()
         ring.close()
         ring.unlink()
+
+
+def test_the_transport_is_numpy_and_multiprocessing_only():
+    imports = "import sys, fuselab_rl.transport; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", imports], check=True, timeout=120)
 
 
 PAYLOAD = 1_000_000  # floats: a copy takes about a millisecond, so reads and writes overlap

@@ -142,8 +142,8 @@ class FastSAC:
         self.critic_optimizer = AdamW(self.critic.parameters(), cfg.critic_lr, weight_decay=decay)
         self.alpha_optimizer = Adam([self.log_alpha], cfg.alpha_lr)
         steps = max(cfg.buffer_size // spec.num_envs, cfg.n_step)
-        dims = spec.num_envs, steps, spec.obs_dims, action_dim
-        self.replay = NStepReplay(*dims, cfg.n_step, cfg.gamma, device)
+        shape = spec.num_envs, steps, spec.obs_dims, action_dim
+        self.replay = NStepReplay(*shape, cfg.n_step, cfg.gamma, device)
         normalizers = {"actor": self.policy.normalizer, "critic": self.critic_normalizer}
         self.normalizers = {g: n for g, n in normalizers.items() if not isinstance(n, nn.Identity)}
         # under torchrun the normalizers accumulate each rank's env steps and merge them where
@@ -163,7 +163,7 @@ class FastSAC:
             *(cfg.v_min, cfg.v_max, cfg.n_step, cfg.bf16, cfg.compile, elapsed_ms(started)),
         )
 
-    def observe(self, records: Sequence[Mapping[str, np.ndarray]]) -> None:
+    def observe(self, records: Sequence[np.ndarray]) -> None:
         """Store env steps (records, in order); their observations go to the normalizers."""
         for record in records:
             obs, next_obs = (
@@ -171,7 +171,7 @@ class FastSAC:
                 for k in ("obs", "next_obs")
             )
             step = ("actions", "reward", "terminated", "truncated")
-            self.replay.add(obs, *(torch.from_numpy(record[k]) for k in step), next_obs)
+            self.replay.add(obs, *(torch.from_numpy(record[k]) for k in step), next_obs=next_obs)
         written = self.replay.steps_written
         rows = torch.arange(written - len(records), written, device=self.device)
         rows %= self.replay.capacity
@@ -225,8 +225,8 @@ class FastSAC:
         critic_loss.backward()
         self._step(self.critic_optimizer, self.critic.parameters())
         with torch.no_grad():  # target <- target + tau * (online - target), one fused call
-            target, online = list(self.critic_target.parameters()), list(self.critic.parameters())
-            torch._foreach_lerp_(target, online, self.cfg.tau)
+            target: list[torch.Tensor] = [*self.critic_target.parameters()]
+            torch._foreach_lerp_(target, [*self.critic.parameters()], self.cfg.tau)
         self.updates += 1
         self._add({"Loss/critic": critic_loss, "Policy/q": q})
         if self.updates % self.cfg.actor_update_interval == 0:

@@ -34,6 +34,7 @@ from fuselab_rl.transport import Links, SharedWeights, SlotRing, remove_orphaned
 
 if TYPE_CHECKING:
     from fuselab_rl.fastsac import FastSAC
+    from fuselab_rl.fastsac_networks import ActorPolicy
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def record_dtype(spec: EnvSpec) -> np.dtype:
 class EnvStepper:
     """The env and what stepping it carries from one step to the next."""
 
-    def __init__(self, env: Any, policy: torch.nn.Module, seed: int, random_steps: int):
+    def __init__(self, env: Any, policy: ActorPolicy, seed: int, random_steps: int):
         self.env, self.policy, self.device = env, policy, next(policy.parameters()).device
         self.obs: Mapping[str, np.ndarray] = env.reset_all()
         self.rng = np.random.default_rng(seed)
@@ -401,7 +402,7 @@ def collector_main(conn: Any, links: Links, log_queue: Any, log_level: int, plan
         started = time.perf_counter()
         torch.set_num_threads(num_threads)
         torch.manual_seed(seed)
-        env = make_env(OmegaConf.merge(cfg, {"num_threads": num_threads}))
+        env = make_env(OmegaConf.create({**cfg, "num_threads": num_threads}))
         spec = EnvSpec.of(env)
         policy = make_policy(spec.obs_dims["actor"], spec.action_dim).eval()
         packer, stepper = PolicyPacker(policy), EnvStepper(env, policy, seed, random_steps)
