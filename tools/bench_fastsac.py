@@ -38,14 +38,11 @@ DEFAULT_ENVS = ("g1_walk_flat:256", "g1_walk_flat:1024", "cartpole:64")
 
 def bench_fastsac(args) -> dict:
     # fuselab_rl sets OpenMP's wait policy before torch loads: imported here, first.
-    import torch
-
     import fuselab_rl  # noqa: F401
-    from fuselab_rl.fastsac import split_threads
     from fuselab_rl.threads import ThreadBudget
 
     budget = ThreadBudget.resolve(None)
-    collector_threads, learner_threads = split_threads(budget.total, torch.device("cpu"), None)
+    collector_threads, learner_threads = budget.split("cpu", None)
     seconds = float(getattr(args, "fastsac_seconds", 20.0))
     results: dict = {}
     for item in getattr(args, "fastsac_envs", DEFAULT_ENVS):

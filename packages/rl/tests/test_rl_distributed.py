@@ -228,8 +228,9 @@ def test_two_fastsac_ranks_hold_the_same_networks_after_every_iteration(tmp_path
     assert kind_0 == kind_1 == "ok", results
     assert zero["digests"] == one["digests"]  # critics, actor, normalizers, temperature
     assert len(set(zero["digests"])) == ITERATIONS + 1
-    # every env step of both ranks merged into the normalizers: 4 steps x 8 envs x 2 ranks
-    assert zero["count"] == one["count"] == ITERATIONS * 4 * 8 * 2
+    # every env step of both ranks merged into the normalizers: 4 steps an iteration (and the
+    # learning_starts - 1 = 1 that fill the replay before the first update) x 8 envs x 2 ranks
+    assert zero["count"] == one["count"] == (ITERATIONS * 4 + 1) * 8 * 2
     saved = sorted(p.name for p in tmp_path.glob("model_*.pt"))
     assert saved == [f"model_{i}.pt" for i in range(1, ITERATIONS + 1)]
 

@@ -1,5 +1,6 @@
 """FastSAC's learning side: n-step replay against an oracle, the C51 projection, the squashed
-Gaussian, the config, learning cartpole in sync mode, state round trip and the exported policy."""
+Gaussian, the config, the env step both collectors take, learning cartpole in sync mode, state
+round trip and the exported policy."""
 
 from __future__ import annotations
 
@@ -12,13 +13,10 @@ import pytest
 import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 from omegaconf import OmegaConf
+from rl_fake_env import FakeEnv
 
-from fuselab_rl.async_collect import InProcessCollector
-from fuselab_rl.fastsac import (
-    FastSACConfig,
-    FastSACTrainer,
-    split_threads,
-)
+from fuselab_rl.fastsac import FastSACConfig, FastSACTrainer
+from fuselab_rl.fastsac_collector import Collector, EnvSpec, EnvStepper, record_dtype
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
     SquashedGaussianActor,
@@ -80,7 +78,6 @@ def test_nstep_returns_match_an_oracle_with_terminations_truncations_and_the_new
     stored = range(max(0, steps - capacity), steps)
     pairs = [(s, e) for s in stored for e in range(num_envs)]
     batch = replay.gather(torch.tensor([p[0] for p in pairs]), torch.tensor([p[1] for p in pairs]))
-    assert len(replay) == len(stored) * num_envs
     for i, (s, e) in enumerate(pairs):
         expected_return, expected_discount, expected_next = _nstep_oracle(history, s, e, n, gamma)
         assert batch.returns[i].item() == pytest.approx(expected_return, rel=1e-5, abs=1e-6)
@@ -113,7 +110,7 @@ def test_projection_keeps_mass_and_mean_and_clamps_to_the_support():
 
 def test_squashed_gaussian_log_prob_matches_torch_distributions():
     torch.manual_seed(0)
-    actor = SquashedGaussianActor(3, 2, [16], log_std_min=-3.0, log_std_max=0.0)
+    actor = SquashedGaussianActor(3, 2, [16], log_std_range=(-3.0, 0.0))
     obs = torch.randn(256, 3)
     torch.manual_seed(1)
     actions, log_prob = actor.sample(obs)
@@ -134,9 +131,12 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
 # -- config ----------------------------------------------------------------------------------------
 
 
-def test_per_task_defaults_apply_and_a_command_line_value_wins():
+def test_a_tasks_algo_task_file_applies_and_a_command_line_value_wins():
     cartpole = FastSACConfig.from_cfg(helpers.compose("cartpole").algo)
-    assert (cartpole.batch_size, cartpole.actor_hidden_dims) == (256, (64, 64))
+    assert (cartpole.batch_size, cartpole.actor_hidden_dims) == (256, (64, 64))  # its own sizes
+    assert (cartpole.learning_starts, cartpole.target_entropy_scale) == (16, 1.0)
+    walk = FastSACConfig.from_cfg(helpers.compose("g1_walk_flat").algo)
+    assert (walk.batch_size, walk.learning_starts, walk.target_entropy_scale) == (2048, 32, 0.5)
     assert (
         FastSACConfig.from_cfg(helpers.compose("cartpole", algo=("batch_size=77",)).algo).batch_size
         == 77
@@ -180,14 +180,15 @@ def test_a_resume_keeps_the_learner_sizes_its_run_chose(tmp_path):
     overrides = ["task=cartpole", "algo=fastsac", "algo.mode=sync", "algo.learning_starts=2"]
     overrides += ["algo.steps_per_iteration=2", "threads=1", "progress=false", "plot=false"]
     overrides += ["export_onnx=false", f"run_dir={tmp_path}"]
-    table = "algo.per_task.cartpole.learner_sizes.cpu"
+    overrides += ["algo.actor_hidden_dims=auto", "algo.batch_size=auto"]  # from the table
+    table = "algo.learner_sizes.cpu"
     first = compose_config(
         [*overrides, f"{table}.actor_hidden_dims=[32]", f"{table}.batch_size=32"]
     )
     with create_training_handle(first) as handle:
         handle.train(1)
     with create_training_handle(compose_config([*overrides, f"resume={tmp_path}"])) as resumed:
-        # the table says [64, 64] and 256 now: the saved weights load into the run's own sizes
+        # the table says [256, 128] and 2048 now: the saved weights load into the run's own sizes
         assert resumed.trainer.cfg.actor_hidden_dims == (32,)
         assert resumed.trainer.cfg.batch_size == resumed.cfg.algo.batch_size == 32
     explicit = compose_config([*overrides, f"resume={tmp_path}", "algo.batch_size=16"])
@@ -210,7 +211,6 @@ def test_config_errors_name_the_key_and_the_accepted_values():
         ("critic_lr=0", r"algo.critic_lr: expected > 0, got 0"),
         ("weight_decay=-0.1", r"algo.weight_decay: expected >= 0, got -0.1"),
         ("collector.ring_slots=1", r"algo.collector.ring_slots: expected >= 2, got 1"),
-        ("collector.min_updates_per_step=3", r"algo.collector.min_updates_per_step: expected a"),
     ):
         with pytest.raises(ValueError, match=message):
             FastSACConfig.from_cfg(helpers.compose(algo=(override,)).algo)
@@ -219,17 +219,23 @@ def test_config_errors_name_the_key_and_the_accepted_values():
     misspelt.actor_lrr = 1e-3
     with pytest.raises(ValueError, match=r"algo: unknown keys \['actor_lrr'\]; accepted: "):
         FastSACConfig.from_cfg(misspelt)
+    older = helpers.compose().algo  # older checkpoints' configs: a per_task table, a retired key
+    OmegaConf.set_struct(older, False)
+    older.per_task = {"cartpole": {"learning_starts": 16}}
+    older.collector.min_updates_per_step = 0.0
+    assert FastSACConfig.from_cfg(older).learning_starts == 16
     with pytest.raises(
         ValueError, match=r"algo.collector.threads: expected null or an int in 1..2"
     ):
-        split_threads(2, torch.device("cpu"), 3)
+        helpers.threads(2).split("cpu", 3)
 
 
 def test_thread_split_gives_a_cuda_learner_one_thread_and_a_cpu_learner_half():
-    assert split_threads(2, torch.device("cpu"), None) == (1, 1)
-    assert split_threads(16, torch.device("cuda"), None) == (15, 1)
-    assert split_threads(16, torch.device("cpu"), None) == (8, 8)
-    assert split_threads(1, torch.device("cpu"), None) == (1, 1)
+    assert helpers.threads(2).split("cpu", None) == (1, 1)
+    assert helpers.threads(16).split("cuda", None) == (15, 1)
+    assert helpers.threads(16).split("cpu", None) == (8, 8)
+    assert helpers.threads(1).split("cpu", None) == (1, 1)
+    assert helpers.threads(16).split("cuda", 4) == (4, 12)
 
 
 # -- training (sync mode) --------------------------------------------------------------------------
@@ -340,8 +346,9 @@ def test_state_dict_round_trip_is_exact(trained, tmp_path):
         metrics = fresh.iterate()
         algo = fresh.cfg
         updates = fresh.learner.updates - state["learner"]["updates"]
-        assert updates == (algo.steps_per_iteration - algo.learning_starts + 1) * 2  # 2 per step
-        assert metrics["Perf/env_steps"] == fresh.cfg.steps_per_iteration * fresh.spec.num_envs
+        assert updates == algo.steps_per_iteration * 2  # an iteration's updates, 2 per env step
+        steps = algo.learning_starts - 1 + algo.steps_per_iteration  # the refill earns nothing
+        assert metrics["Perf/env_steps"] == steps * fresh.spec.num_envs
     finally:
         fresh.close()
     with pytest.raises(ValueError, match="checkpoint: expected a FastSAC state"):
@@ -374,11 +381,12 @@ def test_exported_policy_is_deterministic_on_cpu_and_is_the_squashed_mean(traine
 
 def test_sync_iterations_are_env_steps_collected_in_process_with_the_learners_policy(trained):
     _, trainer = trained
-    collector = trainer._collector
-    assert isinstance(collector, InProcessCollector) and not collector.free_running
-    taken = trainer._records_taken
+    collector = trainer.collector
+    assert type(collector) is Collector and not collector.free_running
+    taken, updates = trainer.env_steps, trainer.learner.updates
     metrics = trainer.iterate()
-    assert trainer._records_taken == taken + trainer.cfg.steps_per_iteration
+    assert trainer.env_steps == taken + trainer.cfg.steps_per_iteration  # warmed up: 2 updates each
+    assert trainer.learner.updates == updates + trainer.cfg.steps_per_iteration * 2
     assert metrics["Perf/policy_lag_updates"] == 0  # it acts with the learner's policy itself
     assert metrics["Perf/collect_blocked_s"] == 0
     assert not {"Perf/learn_wait_s", "Perf/ring_fill"} & metrics.keys()  # no ring to wait on
@@ -403,15 +411,14 @@ def test_the_in_process_collector_numbers_records_and_warms_up_with_seeded_unifo
     torch.set_num_threads(1)
     cfg = helpers.compose("cartpole", algo=("mode=sync", "learning_starts=2"))
     trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.threads(1), tmp_path)
-    collector = trainer._collector
-    assert isinstance(collector, InProcessCollector)
+    collector = trainer.collector
     rng = np.random.default_rng(int(cfg.seed))
     shape = (trainer.spec.num_envs, trainer.spec.action_dim)
     try:
         for step in range(3):
-            assert collector.available() == 0
-            assert collector.wait_for_records(1) == 1 == collector.available()
-            record = collector.peek()
+            assert collector.feed(wait=False) == 0  # it steps only when waited for
+            assert collector.feed(wait=True) == 1 == trainer.learner.replay.steps_written - step
+            record = collector.record
             assert int(record["seq"]) == step and int(record["policy_updates"]) == 0
             uniform = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
             if step < 2:  # learning_starts random steps, the numbers uniform() draws
@@ -419,11 +426,35 @@ def test_the_in_process_collector_numbers_records_and_warms_up_with_seeded_unifo
             else:  # then the (untrained) policy acts
                 assert not np.array_equal(record["actions"], uniform)
                 assert (np.abs(record["actions"]) <= 1).all()
-            collector.release()
-        with pytest.raises(ValueError, match="holds one record, asked for 2"):
-            collector.wait_for_records(2)
     finally:
         trainer.close()
+
+
+def test_the_env_step_of_both_collectors_acts_at_random_only_while_the_policy_is_new():
+    """EnvStepper.step, which the in-process collector and the collector process both call:
+    the record's fields, and the warm-up rule (a published update ends it at once)."""
+    env = FakeEnv(num_envs=4, episode_steps=3)
+    spec = EnvSpec(4, {"actor": 3, "critic": 4}, 2, ("alive", "distance"), ("left", "time_out"))
+    record = np.zeros((), record_dtype(spec))
+    torch.manual_seed(0)
+    stepper = EnvStepper(env, ActorPolicy(3, 2, [8]), seed=5, random_steps=3)
+    rng = np.random.default_rng(5)
+    uniform = [rng.uniform(-1.0, 1.0, (4, 2)).astype(np.float32) for _ in range(3)]
+    for step, policy_updates in enumerate([0, 0, 7, 0]):  # random_steps 3, an update at step 2
+        obs = env.obs["actor"].copy()
+        stepper.step(record, policy_updates, blocked_s=0.25)
+        if step < 2:
+            np.testing.assert_array_equal(record["actions"], uniform[step])
+        else:  # the policy acts: after an update, and after random_steps
+            assert not np.array_equal(record["actions"], uniform[2])
+        assert int(record["seq"]) == step and int(record["policy_updates"]) == policy_updates
+        np.testing.assert_array_equal(record["obs.actor"], obs)
+        assert record["timing"][2] == 0.25 and record["timing"][0] >= record["timing"][1] > 0
+        if step == 2:  # every episode timed out: the next observations are the terminal ones
+            assert record["episodes"][0] == 4 and record["truncated"].all()
+            np.testing.assert_array_equal(record["next_obs.critic"], env.terminal_obs["critic"])
+            assert not np.array_equal(record["next_obs.critic"], env.obs["critic"])
+    assert env.step_calls == 4
 
 
 def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):

@@ -1,16 +1,18 @@
-"""FastSAC's asynchronous machinery: the transition ring and the weight channel under
-cross-process stress, a dead collector or learner ending the run cleanly (and releasing the
+"""FastSAC's asynchronous machinery: the transport's ring and weights buffer under contention
+between two processes, a dead collector or learner ending the run cleanly (and releasing the
 shared memory), and learning cartpole with the collector in its own process."""
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import multiprocessing as mp
 import os
 import signal
 import subprocess
+import sys
 import time
 from multiprocessing import shared_memory
 
@@ -19,75 +21,78 @@ import pytest
 import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 
-from fuselab_rl.async_collect import (
+from fuselab_rl.fastsac import FastSACTrainer
+from fuselab_rl.fastsac_collector import AsyncCollector, CollectorFailed
+from fuselab_rl.transport import (
     SHM_PREFIX,
-    AsyncCollector,
-    CollectorFailed,
-    RecordLayout,
-    TransitionRing,
-    WeightChannel,
+    Links,
+    SharedWeights,
+    SlotRing,
     remove_orphaned_segments,
     shm_name,
 )
-from fuselab_rl.fastsac import FastSACTrainer
 
 SPAWN = mp.get_context("spawn")
 
-# -- ring ------------------------------------------------------------------------------------------
+# -- transport under contention ------------------------------------------------------------------
+# numpy and multiprocessing only: a test of the ordering the primitives give, on any CPU
 
-STRESS_LAYOUT = RecordLayout.of(
-    {
-        "seq": ((), np.int64),
-        "wide": ((3000,), np.float32),  # several cache lines and pages: a copy takes a while
-        "small": ((3, 5), np.int32),
-        "flag": ((7,), np.float64),
-    }
+STRESS_RECORD = np.dtype(
+    [
+        ("seq", np.int64),
+        ("wide", np.float32, (3000,)),  # several cache lines and pages: a copy takes a while
+        ("small", np.int32, (3, 5)),
+        ("flag", np.float64, (7,)),
+    ],
+    align=True,
 )
 RECORDS = 20_000
 
 
-def _produce(spec, count, full_hits):
-    ring = TransitionRing.attach(spec)
+def _produce(links, count, full_hits, names):
+    ring = SlotRing(STRESS_RECORD, 8, links)  # the producer creates the ring
+    names.put(ring.name)
     try:
         for i in range(count):
-            slot = ring.try_claim()
-            if slot is None:
+            record = ring.claim()
+            if record is None:
                 full_hits.value += 1
-                slot, _ = ring.claim(lambda: True)
+                while record is None:
+                    record = ring.claim(timeout_s=1.0)
             for name in ("wide", "small", "flag"):  # field by field, then the sequence number
-                slot[name][...] = i
-            slot["seq"][...] = i
+                record[name] = i
+            record["seq"] = i
             ring.commit()
     finally:
         ring.close()
 
 
 def test_ring_never_loses_duplicates_or_tears_a_record_across_processes():
-    ring = TransitionRing.create(STRESS_LAYOUT, slots=8)
-    full_hits = SPAWN.Value("q", 0)
-    producer = SPAWN.Process(target=_produce, args=(ring.spec, RECORDS, full_hits))
+    links, full_hits, names = Links(SPAWN), SPAWN.Value("q", 0), SPAWN.Queue()
+    producer = SPAWN.Process(target=_produce, args=(links, RECORDS, full_hits, names))
     producer.start()
+    ring = SlotRing(STRESS_RECORD, 8, links, name=names.get(timeout=60))
     rng = np.random.default_rng(0)
     empty_hits = 0
     try:
         for i in range(RECORDS):
             deadline = time.perf_counter() + 60
-            while ring.available() == 0:
+            while ring.ready() == 0:
                 empty_hits += 1
-                assert producer.is_alive() or ring.available(), "producer died"
+                assert producer.is_alive() or ring.ready(), "producer died"
                 assert time.perf_counter() < deadline, f"no record {i} within 60 s"
-                time.sleep(0)
-            record = ring.peek()
+                ring.ready(timeout_s=0.001)
+            record = ring.record(0)
             assert int(record["seq"]) == i, f"record {i}: sequence {int(record['seq'])}"
             for name in ("wide", "small", "flag"):
                 values = record[name]
                 assert (values == i).all(), f"record {i}: torn field {name} {np.unique(values)}"
-            ring.release()
+            ring.release(1)
             if rng.random() < 0.001:  # now and then a slow consumer, so the ring fills up
                 time.sleep(0.01)
         producer.join(10)
         assert producer.exitcode == 0
-        assert ring.available() == 0 and ring.head == RECORDS == ring.tail
+        assert ring.ready() == 0
         assert full_hits.value > 0 and empty_hits > 0, (full_hits.value, empty_hits)
     finally:
         producer.kill()
@@ -95,53 +100,60 @@ def test_ring_never_loses_duplicates_or_tears_a_record_across_processes():
         ring.unlink()
 
 
-# -- weight channel --------------------------------------------------------------------------------
+def test_the_transport_is_numpy_and_multiprocessing_only():
+    imports = "import sys, fuselab_rl.transport; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", imports], check=True, timeout=120)
+
 
 PAYLOAD = 1_000_000  # floats: a copy takes about a millisecond, so reads and writes overlap
 
 
-def _publish(spec, seconds):
-    channel = WeightChannel.attach(spec)
+def _publish(name, links, seconds):
+    weights = SharedWeights(PAYLOAD, links, name=name)
     values = np.empty(PAYLOAD, np.float32)
     try:
         started, version = time.perf_counter(), 0
         while time.perf_counter() - started < seconds:
             version += 1
             values.fill(version)  # version v is the payload full of v
-            assert channel.publish(values, tag=10 * version) == version
+            while not weights.publish(values, tag=10 * version, timeout_s=1.0):
+                pass
     finally:
-        channel.close()
+        weights.close()
 
 
-def test_weight_channel_never_returns_a_mix_of_two_versions():
-    channel = WeightChannel.create(PAYLOAD)
-    writer = SPAWN.Process(target=_publish, args=(channel.spec, 3.0))
+def test_weights_are_never_read_as_a_mix_of_two_versions():
+    links = Links(SPAWN)
+    weights = SharedWeights(PAYLOAD, links)  # the reader creates it
+    writer = SPAWN.Process(target=_publish, args=(weights.name, links, 3.0))
     writer.start()
     out = np.empty(PAYLOAD, np.float32)
-    last, reads, misses = 0, 0, 0
+    last, reads = 0, 0
     try:
         deadline = time.perf_counter() + 60
-        while writer.is_alive() or channel.version > last:
+        while True:
             assert time.perf_counter() < deadline
-            newer = channel.read_if_newer(last, out)
-            if newer is None:
-                misses += 1
-                continue
-            version, tag = newer
-            assert version > last, f"version went from {last} to {version}"
-            assert out[0] == version and (out == out[0]).all(), (
-                f"version {version}: mixed payload {np.unique(out)[:5]}"
-            )
-            assert tag == 10 * version
-            last, reads = version, reads + 1
+            running = writer.is_alive()  # once it is not, the next read is the last version
+            newer = weights.read_if_newer(last, out)
+            if newer is not None:
+                version, tag = newer
+                assert version > last, f"version went from {last} to {version}"
+                assert out[0] == version and (out == out[0]).all(), (
+                    f"version {version}: mixed payload {np.unique(out)[:5]}"
+                )
+                assert tag == 10 * version
+                last, reads = version, reads + 1
+            elif not running:
+                break
         writer.join(10)
         assert writer.exitcode == 0
-        assert last == channel.version  # the newest version was read in the end
-        assert reads > 20, f"only {reads} reads of {channel.version} versions"
+        assert reads > 20, f"only {reads} reads of {last} versions"
+        with links.weights_lock:  # a reader holding the lock: the writer gives up in time
+            assert not weights.publish(out, tag=0, timeout_s=0.05)
     finally:
         writer.kill()
-        channel.close()
-        channel.unlink()
+        weights.close()
+        weights.unlink()
 
 
 # -- failures --------------------------------------------------------------------------------------
@@ -157,10 +169,9 @@ def test_a_killed_collector_ends_the_run_with_an_error_naming_it_and_frees_share
     tmp_path,
 ):
     trainer = FastSACTrainer(_async_cfg(), torch.device("cpu"), helpers.threads(2), tmp_path)
-    collector = trainer._collector
+    collector = trainer.collector
     assert isinstance(collector, AsyncCollector)
-    assert collector.ring is not None and collector.weights is not None
-    names = [collector.ring.spec.name, collector.weights.spec.name]
+    names = [collector.ring.name, collector.weights.name]
     try:
         assert all(os.path.exists(f"/dev/shm/{name}") for name in names)
         trainer.iterate()
@@ -196,11 +207,10 @@ def test_a_collector_start_up_error_is_raised_in_the_learner_with_its_text(tmp_p
 
 def _learner(cfg, tmp_path, queue):
     trainer = FastSACTrainer(cfg, torch.device("cpu"), helpers.threads(2), tmp_path)
-    collector = trainer._collector
+    collector = trainer.collector
     assert isinstance(collector, AsyncCollector)
-    assert collector.ring is not None and collector.weights is not None
     trainer.iterate()
-    queue.put((collector.process.pid, collector.ring.spec.name, collector.weights.spec.name))
+    queue.put((collector.process.pid, collector.ring.name, collector.weights.name))
     while True:
         trainer.iterate()
 
@@ -235,11 +245,12 @@ def test_a_killed_learner_stops_the_collector_which_frees_shared_memory(tmp_path
 THRESHOLD = 4.0  # cartpole's return; random actions get about 0.9 (see test_rl_fastsac.py)
 
 
-def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tmp_path):
+def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="fuselab_rl")
     trainer = FastSACTrainer(
         helpers.compose("cartpole"), torch.device("cpu"), helpers.threads(2), tmp_path
     )
-    assert isinstance(trainer._collector, AsyncCollector)
+    assert isinstance(trainer.collector, AsyncCollector)
     best, iterations, metrics = -math.inf, 0, {}
     started = time.perf_counter()
     try:
@@ -262,6 +273,10 @@ def test_async_fastsac_learns_cartpole_with_collector_and_learner_in_parallel(tm
     )
     assert metrics["Perf/collect_steps_per_s"] > 0 and metrics["Perf/policy_lag_updates"] >= 0
     assert metrics["Perf/learn_wait_s"] >= 0 and 0 <= metrics["Perf/ring_fill"] <= 1
+    # the collector process logs through the learner's loggers, its pid in each message
+    pid = trainer.collector.process.pid
+    said = [r.getMessage() for r in caplog.records if f"[collector {pid}]" in r.getMessage()]
+    assert any("env cartpole" in m for m in said) and any("the learner asked" in m for m in said)
 
 
 def test_segments_of_a_killed_learner_are_removed_by_the_next_run_and_live_ones_kept():

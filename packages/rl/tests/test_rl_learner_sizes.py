@@ -14,26 +14,25 @@ def config(**algo):
             "cpu": {"net": {"dims": [8], "heads": 1}, "batch": 64},
             "cuda": {"net": {"dims": [64], "heads": 4}, "batch": 512},
         },
-        "per_task": {"walk": {"learner_sizes": {"cpu": {"net": {"heads": 2}}}}},
     }
     base = {"net": {"dims": "auto", "heads": "auto"}, "batch": "auto"}
     return OmegaConf.create({"task_name": "walk", "algo": {**base, **tables, **algo}})
 
 
-def test_auto_keys_at_any_depth_take_the_task_table_first_then_the_devices():
+def test_auto_keys_at_any_depth_take_the_devices_table():
     cfg = config()
     chosen = choose_learner_sizes(cfg, "cpu")
-    assert chosen == {"net.dims": [8], "net.heads": 2, "batch": 64}
-    assert cfg.algo.net.heads == 2 and cfg.algo.batch == 64
-    assert describe_sizes(cfg, chosen, "cpu") == "cpu learner: net.heads 2, net.dims [8], batch 64"
+    assert chosen == {"net.dims": [8], "net.heads": 1, "batch": 64}
+    assert cfg.algo.net.heads == 1 and cfg.algo.batch == 64
+    assert describe_sizes(cfg, chosen, "cpu") == "cpu learner: net.dims [8], net.heads 1, batch 64"
     cuda = config()
     assert choose_learner_sizes(cuda, "cuda") == {"net.dims": [64], "net.heads": 4, "batch": 512}
 
 
 def test_a_value_given_is_kept_and_named_as_set():
     cfg = config(batch=16)
-    assert choose_learner_sizes(cfg, "cpu") == {"net.dims": [8], "net.heads": 2}
-    assert describe_sizes(cfg, {"net.dims": [8], "net.heads": 2}, "cpu").endswith(
+    assert choose_learner_sizes(cfg, "cpu") == {"net.dims": [8], "net.heads": 1}
+    assert describe_sizes(cfg, {"net.dims": [8], "net.heads": 1}, "cpu").endswith(
         "batch 16 (set in the config)"
     )
 
@@ -52,5 +51,5 @@ def test_a_misspelt_table_key_and_a_size_no_table_holds_are_named():
         choose_learner_sizes(cfg, "cpu")
     cfg = config()
     del cfg.algo.learner_sizes.cpu["batch"]
-    with pytest.raises(ValueError, match=r"algo.batch: 'auto', but neither algo.per_task.walk"):
+    with pytest.raises(ValueError, match=r"algo.batch: 'auto', but algo.learner_sizes.cpu does"):
         choose_learner_sizes(cfg, "cpu")

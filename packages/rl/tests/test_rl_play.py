@@ -9,7 +9,7 @@ import pytest
 import torch
 from rl_fake_env import SMALL_PPO, use_fake_env
 
-from fuselab_rl import async_collect, fastsac, ppo
+from fuselab_rl import fastsac, fastsac_collector, ppo
 from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.play import load_policy, play
 from fuselab_rl.runner import compose_config, create_training_handle
@@ -21,7 +21,7 @@ def no_trainer(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("play built a trainer or a collector")
 
-    for owner in (ppo.PPOTrainer, fastsac.FastSACTrainer, async_collect.AsyncCollector):
+    for owner in (ppo.PPOTrainer, fastsac.FastSACTrainer, fastsac_collector.AsyncCollector):
         monkeypatch.setattr(owner, "__init__", refuse)
 
 

@@ -111,7 +111,7 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
-def average_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
+def average_gradients(parameters: Iterable[torch.Tensor]) -> None:
     """Replace each gradient by its mean over the ranks: one all-reduce of one flat vector."""
     import torch
     import torch.distributed as dist

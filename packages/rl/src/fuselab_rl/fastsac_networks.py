@@ -1,9 +1,8 @@
 """FastSAC's networks: a tanh-squashed Gaussian actor, twin distributional (C51) critics, and
 the categorical projection of a shifted return distribution. Observations are normalized by
-:class:`fuselab_rl.networks.EmpiricalNormalization`, as in PPO.
-
-They live apart from :mod:`fuselab_rl.fastsac` so that the collector process can build the
-acting policy (:class:`ActorPolicy`) without importing the learner.
+:class:`fuselab_rl.networks.EmpiricalNormalization`, as in PPO. They live apart from
+:mod:`fuselab_rl.fastsac` so that the collector process can build the acting policy
+(:class:`ActorPolicy`) without the learner. The config checks every size and range.
 """
 
 from __future__ import annotations
@@ -12,48 +11,30 @@ import math
 from collections.abc import Mapping, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.nn import functional as F
 
 from fuselab_rl.networks import EmpiricalNormalization
 
 
-def layer_norm_trunk(in_dim: int, hidden_dims: Sequence[int]) -> nn.Sequential:
-    """Linear -> LayerNorm -> SiLU per hidden layer."""
-    if not hidden_dims:
-        raise ValueError("hidden_dims: expected at least one hidden layer, got []")
+def layer_norm_mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int | None) -> nn.Sequential:
+    """Linear -> LayerNorm -> SiLU per hidden layer, then a plain Linear head (none for None)."""
     layers: list[nn.Module] = []
     for width_in, width_out in zip([in_dim, *hidden_dims[:-1]], hidden_dims, strict=True):
         layers += [nn.Linear(width_in, width_out), nn.LayerNorm(width_out), nn.SiLU()]
-    return nn.Sequential(*layers)
-
-
-def layer_norm_mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int) -> nn.Sequential:
-    """The trunk, then a plain Linear head."""
-    return nn.Sequential(
-        *layer_norm_trunk(in_dim, hidden_dims), nn.Linear(hidden_dims[-1], out_dim)
-    )
+    return nn.Sequential(*layers, *([nn.Linear(hidden_dims[-1], out_dim)] if out_dim else []))
 
 
 class SquashedGaussianActor(nn.Module):
-    """A Gaussian over pre-squash actions whose log-std is bounded smoothly by a tanh."""
+    """A Gaussian over pre-squash actions whose log-std is bounded smoothly by a tanh to
+    ``log_std_range``."""
 
     def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        hidden_dims: Sequence[int],
-        *,
-        log_std_min: float = -5.0,
-        log_std_max: float = 2.0,
+        self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], log_std_range=(-5.0, 2.0)
     ):
         super().__init__()
-        if not log_std_min < log_std_max:
-            raise ValueError(
-                f"log_std_min, log_std_max: expected min < max, got {log_std_min}, {log_std_max}"
-            )
-        self.log_std_min, self.log_std_max = log_std_min, log_std_max
-        self.trunk = layer_norm_trunk(obs_dim, hidden_dims)
+        self.log_std_min, self.log_std_max = log_std_range
+        self.trunk = layer_norm_mlp(obs_dim, hidden_dims, None)
         self.mean = nn.Linear(hidden_dims[-1], action_dim)
         self.log_std = nn.Linear(hidden_dims[-1], action_dim)
 
@@ -83,21 +64,12 @@ class ActorPolicy(nn.Module):
     ``merge_normalizers``)."""
 
     def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        hidden_dims: Sequence[int],
-        *,
-        normalize: bool = True,
-        log_std_min: float = -5.0,
-        log_std_max: float = 2.0,
+        self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], normalize=True, **actor
     ):
         super().__init__()
         self.obs_dim, self.action_dim = obs_dim, action_dim
         self.normalizer: nn.Module = EmpiricalNormalization(obs_dim) if normalize else nn.Identity()
-        self.actor = SquashedGaussianActor(
-            obs_dim, action_dim, hidden_dims, log_std_min=log_std_min, log_std_max=log_std_max
-        )
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, hidden_dims, **actor)
 
     @staticmethod
     def saved_dims(state: Mapping[str, torch.Tensor]) -> tuple[int, int]:
@@ -115,30 +87,15 @@ class ActorPolicy(nn.Module):
 
 
 class TwinDistributionalCritic(nn.Module):
-    """Two independent critics, each a categorical distribution over ``num_atoms`` returns."""
-
-    def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        hidden_dims: Sequence[int],
-        *,
-        num_atoms: int,
-        v_min: float,
-        v_max: float,
-    ):
-        super().__init__()
-        if num_atoms < 2 or not v_min < v_max:
-            raise ValueError(
-                f"num_atoms, v_min, v_max: expected >= 2 atoms over v_min < v_max, got "
-                f"{num_atoms}, {v_min}, {v_max}"
-            )
-        self.q1 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, num_atoms)
-        self.q2 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, num_atoms)
-        self.v_min, self.v_max = float(v_min), float(v_max)
-        self.register_buffer("atoms", torch.linspace(v_min, v_max, num_atoms))
+    """Two independent critics, each a categorical distribution over the returns ``atoms``."""
 
     atoms: torch.Tensor
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], atoms: Tensor):
+        super().__init__()
+        self.q1 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, len(atoms))
+        self.q2 = layer_norm_mlp(obs_dim + action_dim, hidden_dims, len(atoms))
+        self.register_buffer("atoms", atoms.clone())
 
     def forward(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """Logits (2, B, num_atoms)."""
@@ -151,10 +108,7 @@ class TwinDistributionalCritic(nn.Module):
 
 
 def project_distribution(
-    probs: torch.Tensor,
-    shift: torch.Tensor,
-    scale: torch.Tensor,
-    atoms: torch.Tensor,
+    probs: torch.Tensor, shift: torch.Tensor, scale: torch.Tensor, atoms: torch.Tensor
 ) -> torch.Tensor:
     """Project the distribution ``shift + scale * Z`` (Z on ``atoms`` with ``probs``) back onto
     ``atoms``, C51 style: each shifted atom is clamped to the support and its mass split

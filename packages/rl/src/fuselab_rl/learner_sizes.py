@@ -2,10 +2,10 @@
 
 Keys of ``algo`` set to ``auto`` (networks, batch sizes) take their value when the trainer
 starts from ``algo.learner_sizes.<kind>``, where kind is ``cuda`` for a CUDA learner and
-``cpu`` for any other; a task's own table, ``algo.per_task.<task_name>.learner_sizes.<kind>``,
-comes first. A key given a value keeps it, and the run's config and checkpoints hold the values
-chosen, so a resume rebuilds the same networks whatever the device is then. Every ``auto`` in
-``algo`` is such a size: no other key takes ``auto`` as its value.
+``cpu`` for any other. A key given a value keeps it (a task that needs other sizes sets them in
+its ``algo_task`` file), and the run's config and checkpoints hold the values chosen, so a
+resume rebuilds the same networks whatever the device is then. Every ``auto`` in ``algo`` is
+such a size: no other key takes ``auto`` as its value.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 AUTO = "auto"
-TABLES = ("learner_sizes", "per_task")  # the tables themselves are never sized
+TABLES = ("learner_sizes",)  # the tables themselves are never sized
 _ABSENT = object()  # a key a table does not hold (a null it holds is a value)
 
 
@@ -35,19 +35,17 @@ def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[st
     """Replace each ``auto`` of ``cfg.algo`` by the size for a learner on ``device``; returns
     {dotted key: value} of what was chosen. A table key that ``algo`` has not is an error (a
     misspelt size would otherwise never be used)."""
-    algo, kind = cfg.algo, device_kind(device)
-    tables = _tables(cfg, kind)
-    for table, key in _table_entries(cfg, kind):
+    algo, table = cfg.algo, _table(device)
+    for key in _table_keys(cfg, device):
         if OmegaConf.select(algo, key, default=_ABSENT) is _ABSENT:
             raise ValueError(f"algo.{table}.{key}: algo has no key {key} to size")
     chosen: dict[str, Any] = {}
     for key in auto_keys(algo):
-        values = [OmegaConf.select(algo, f"{t}.{key}", default=_ABSENT) for t in tables]
-        value = next((v for v in values if v is not _ABSENT), _ABSENT)
+        value = OmegaConf.select(algo, f"{table}.{key}", default=_ABSENT)
         if value is _ABSENT:
             raise ValueError(
-                f"algo.{key}: 'auto', but neither algo.{tables[0]} nor algo.{tables[1]} holds "
-                f"{key}; give algo.{key} a value or add it to a table"
+                f"algo.{key}: 'auto', but algo.{table} does not hold {key}; give algo.{key} a "
+                "value or add it to the table"
             )
         OmegaConf.update(algo, key, value)
         chosen[key] = _plain(value)
@@ -57,8 +55,7 @@ def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[st
 def describe_sizes(cfg: DictConfig, chosen: dict[str, Any], device: torch.device | str) -> str:
     """One log line: every sized key of the device's tables, chosen or set in the config."""
     kind = device_kind(device)
-    sized = [key for _, key in _table_entries(cfg, kind)]
-    sized = list(dict.fromkeys([*sized, *chosen]))  # once each, in table order
+    sized = list(dict.fromkeys([*_table_keys(cfg, device), *chosen]))  # once each, table order
     values = ", ".join(
         f"{key} {_plain(OmegaConf.select(cfg.algo, key))}"
         f"{'' if key in chosen else ' (set in the config)'}"
@@ -88,19 +85,14 @@ def flat_items(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
     ]
 
 
-def _tables(cfg: DictConfig, kind: str) -> list[str]:
-    """Where an ``auto`` is looked up, the first that holds it wins: the task's table, then the
-    device's."""
-    return [f"per_task.{cfg.task_name}.learner_sizes.{kind}", f"learner_sizes.{kind}"]
+def _table(device: torch.device | str) -> str:
+    """Where an ``auto`` is looked up: the table of the device's kind."""
+    return f"learner_sizes.{device_kind(device)}"
 
 
-def _table_entries(cfg: DictConfig, kind: str) -> list[tuple[str, str]]:
-    """(table, dotted key) of every size the tables of ``kind`` hold."""
-    return [
-        (table, key)
-        for table in _tables(cfg, kind)
-        for key, _ in flat_items(_container(OmegaConf.select(cfg.algo, table)))
-    ]
+def _table_keys(cfg: DictConfig, device: torch.device | str) -> list[str]:
+    """The dotted keys of every size the device's table holds."""
+    return [key for key, _ in flat_items(_container(OmegaConf.select(cfg.algo, _table(device))))]
 
 
 def _container(node: Any) -> Any:

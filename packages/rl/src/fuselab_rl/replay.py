@@ -38,7 +38,6 @@ class NStepBatch:
 class NStepReplay:
     def __init__(
         self,
-        *,
         num_envs: int,
         capacity_steps: int,
         obs_dims: Mapping[str, int],
@@ -47,22 +46,14 @@ class NStepReplay:
         gamma: float,
         device: torch.device,
     ):
-        if n_step < 1:
-            raise ValueError(f"n_step: expected >= 1, got {n_step}")
-        if capacity_steps < n_step:
-            raise ValueError(
-                f"capacity_steps: expected >= n_step ({n_step}), got {capacity_steps} "
-                f"(raise algo.buffer_size or lower num_envs)"
-            )
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma: expected a value in [0, 1], got {gamma}")
-        self.num_envs, self.capacity, self.n_step, self.gamma = (
+        if not 1 <= n_step <= capacity_steps:  # the config checks gamma and n_step themselves
+            raise ValueError(f"n_step: expected 1..capacity_steps ({capacity_steps}), got {n_step}")
+        self.num_envs, self.capacity, self.n_step, self.device = (
             num_envs,
             capacity_steps,
             n_step,
-            gamma,
+            device,
         )
-        self.device = device
         shape = (capacity_steps, num_envs)
         self.obs = {g: torch.zeros(*shape, d, device=device) for g, d in obs_dims.items()}
         self.next_obs = {g: torch.zeros(*shape, d, device=device) for g, d in obs_dims.items()}
@@ -73,20 +64,9 @@ class NStepReplay:
         self.steps_written = 0  # absolute step count; row = step % capacity
         self._discounts = gamma ** torch.arange(n_step + 1, device=device, dtype=torch.float32)
         self._offsets = torch.arange(n_step, device=device)
-        nbytes = sum(t.numel() * t.element_size() for t in self._tensors())
-        log.info(
-            "replay: %d steps x %d envs (%d transitions, %.1f MiB on %s), %d-step returns",
-            capacity_steps,
-            num_envs,
-            capacity_steps * num_envs,
-            nbytes / 2**20,
-            device,
-            n_step,
-        )
-
-    def __len__(self) -> int:
-        """Transitions stored."""
-        return min(self.steps_written, self.capacity) * self.num_envs
+        tensors = [*self.obs.values(), *self.next_obs.values(), self.actions, self.rewards]
+        mib = sum(t.nbytes for t in [*tensors, self.terminated, self.ended]) / 2**20
+        log.info("replay: %d steps x %d envs (%.1f MiB on %s)", *shape, mib, device)
 
     def add(
         self,
@@ -143,13 +123,3 @@ class NStepReplay:
             discount=discount,
             next_obs={g: b[end_rows, envs] for g, b in self.next_obs.items()},
         )
-
-    def _tensors(self) -> list[torch.Tensor]:
-        return [
-            *self.obs.values(),
-            *self.next_obs.values(),
-            self.actions,
-            self.rewards,
-            self.terminated,
-            self.ended,
-        ]

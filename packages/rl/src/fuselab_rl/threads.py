@@ -47,6 +47,22 @@ class ThreadBudget:
             )
         return cls(total=threads, physics=threads, kernel=threads, torch=threads)
 
+    def split(self, device_type: str, collector: int | None) -> tuple[int, int]:
+        """(collector, learner) threads when a collector process and the learner run at once
+        (async FastSAC): a CUDA learner needs one thread to feed the GPU, a CPU learner gets
+        half; ``collector`` (``algo.collector.threads``) sets the collector's."""
+        total = self.total
+        if collector is not None:
+            if not 1 <= collector <= total:
+                raise ValueError(
+                    f"algo.collector.threads: expected null or an int in 1..{total} (the thread "
+                    f"budget), got {collector!r}"
+                )
+            return collector, max(1, total - collector)
+        if total <= 1:
+            return 1, 1
+        return (total - 1, 1) if device_type == "cuda" else (total // 2, total - total // 2)
+
     def apply_torch(self) -> None:
         """Set torch's intra-op pool (process-wide); the env takes physics and kernel threads
         from the config's ``num_threads``."""
