@@ -14,7 +14,9 @@ ROOT = Path(__file__).parent
 # Install order follows the layers: each package depends only on the ones before it.
 PACKAGES = ["env_core", "sim_backends", "envs", "rl"]
 EXTRAS = {"sim_backends": "[mjwarp,motrix]"}  # every backend is tested
-TEST_TOOLS = ["pytest>=8", "matplotlib>=3.8"]  # matplotlib: the bench report the tests check
+# matplotlib: the bench report the tests check; playwright: the viewer's browser test (it drives
+# the system's Chromium, which .ci/run installs: Playwright downloads no browser here)
+TEST_TOOLS = ["pytest>=8", "matplotlib>=3.8", "playwright>=1.40"]
 # One kernel cache per checkout, shared by every session and test subprocess of a run.
 CACHE_ENV = {
     "FUSELAB_CACHE_DIR": str(ROOT / ".cache" / "fuselab"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -63,11 +63,15 @@ class Command:
 COMMANDS: Registry[type[Command]] = Registry("command")
 
 
-def command(name: str) -> Callable[[type[Command]], type[Command]]:
-    """Register a :class:`Command` subclass under ``name``."""
+CommandType = TypeVar("CommandType", bound="type[Command]")
 
-    def decorate(cls: type[Command]) -> type[Command]:
-        return COMMANDS.register(name, cls)
+
+def command(name: str) -> Callable[[CommandType], CommandType]:
+    """Register a :class:`Command` subclass under ``name`` (the class is returned as it is)."""
+
+    def decorate(cls: CommandType) -> CommandType:
+        COMMANDS.register(name, cls)
+        return cls
 
     return decorate
 

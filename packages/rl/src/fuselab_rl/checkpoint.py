@@ -114,13 +114,9 @@ def find_checkpoint(path: str | Path, field: str = "resume") -> Path:
     if path.is_file():
         return path
     if path.is_dir():
-        found = [
-            (int(match.group(1)), child)
-            for child in path.iterdir()
-            if (match := CHECKPOINT_PATTERN.match(child.name))
-        ]
+        found = run_checkpoints(path)
         if found:
-            return max(found)[1]
+            return found[-1]
         raise FileNotFoundError(
             f"{field}: run directory '{path}' holds no checkpoint (expected model_<iteration>.pt)"
         )
@@ -128,6 +124,16 @@ def find_checkpoint(path: str | Path, field: str = "resume") -> Path:
         f"{field}: no such file or directory '{path}' "
         "(expected a run directory or a model_<iteration>.pt checkpoint)"
     )
+
+
+def run_checkpoints(run_dir: Path) -> list[Path]:
+    """The ``model_<iteration>.pt`` files of a run directory, in iteration order."""
+    found = [
+        (int(match.group(1)), child)
+        for child in Path(run_dir).iterdir()
+        if (match := CHECKPOINT_PATTERN.match(child.name))
+    ]
+    return [child for _, child in sorted(found)]
 
 
 def load_checkpoint(path: str | Path, field: str = "resume") -> dict[str, Any]:

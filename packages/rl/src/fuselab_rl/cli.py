@@ -1,17 +1,18 @@
-"""Command line: ``fuselab-train``, ``fuselab-play``, ``fuselab-eval``, ``fuselab-sim2sim`` and
-``fuselab-list``.
+"""Command line: ``fuselab-train``, ``fuselab-play``, ``fuselab-eval``, ``fuselab-sim2sim``,
+``fuselab-view`` and ``fuselab-list``.
 
     fuselab-train task=g1_walk_flat algo=ppo num_envs=1024 max_iterations=500
     fuselab-train resume=runs/g1_walk_flat/2025-01-01_12-00-00 max_iterations=500
     fuselab-play run=runs/g1_walk_flat/2025-01-01_12-00-00 video=true steps=500
     fuselab-eval run=runs/g1_walk_flat/2025-01-01_12-00-00 num_envs=256 json=eval.json
     fuselab-sim2sim run=runs/g1_walk_flat/2025-01-01_12-00-00 physics_dt=0.001
+    fuselab-view run=runs/g1_walk_flat/2025-01-01_12-00-00 port=8080
     fuselab-list
 
-``fuselab-train``, ``fuselab-play``, ``fuselab-eval`` and ``fuselab-sim2sim`` are Hydra apps
-(``--help``, ``--cfg job``, overrides); their configs are ``configs/train.yaml`` (composed with
-fuselab_envs' task configs), ``configs/play.yaml``, ``configs/eval.yaml`` and
-``configs/sim2sim.yaml``. A mistake in the config (an unknown
+``fuselab-train``, ``fuselab-play``, ``fuselab-eval``, ``fuselab-sim2sim`` and ``fuselab-view``
+are Hydra apps (``--help``, ``--cfg job``, overrides); their configs are ``configs/train.yaml``
+(composed with fuselab_envs' task configs), ``configs/play.yaml``, ``configs/eval.yaml``,
+``configs/sim2sim.yaml`` and ``configs/view.yaml``. A mistake in the config (an unknown
 key, a missing checkpoint, a value out of range) prints one line that names it and exits with
 status 2; set ``HYDRA_FULL_ERROR=1`` for the traceback.
 """
@@ -180,6 +181,34 @@ def sim2sim(cfg: DictConfig) -> None:
     sys.stdout.write(format_report({**report, "checkpoint": report["run"], "iteration": "-"}))
     if cfg.json is not None:
         log.info("report: %s", write_report(report, cfg.json))
+
+
+@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="view")
+def view(cfg: DictConfig) -> None:
+    """Watch a policy (run=DIR or checkpoint=FILE), a task (task=NAME, zero actions) or a clip
+    (clip=FILE) in the browser; the log names the address."""
+    configure_logging()
+    os.environ.pop("MUJOCO_GL", None)  # viser draws in the browser: no OpenGL here
+    from fuselab_rl.view import Viewer, source_of
+
+    try:
+        source = source_of(
+            cfg.run,
+            cfg.checkpoint,
+            cfg.task,
+            cfg.clip,
+            num_envs=cfg.num_envs,
+            events=cfg.events,
+            seed=cfg.seed,
+        )
+        viewer = Viewer(source, host=cfg.host, port=cfg.port)
+    except USAGE_ERRORS as error:
+        fail(error)
+        return
+    try:
+        viewer.run(seconds=cfg.seconds)
+    finally:
+        viewer.close()
 
 
 def _source_field(cfg: DictConfig) -> str:
