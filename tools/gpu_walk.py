@@ -113,7 +113,12 @@ def main() -> int:
     quick = args.quick
     sizes = [16] if quick else [4096, 8192, 16384]
     report: dict = {"device": device, "quick": quick}
+
+    def save() -> None:  # after every stage: a run stopped at the machine's limit keeps its figures
+        (args.out / "gpu_walk.json").write_text(json.dumps(report, indent=2) + "\n")
+
     report["env"] = env_throughput(sizes, steps=3 if quick else 50, device=device)
+    save()
     learner = ["device=cpu", "num_envs=16", "save_interval=1"] if quick else ["device=cuda"]
     ppo = ["num_envs=32", "save_interval=1"] if quick else ["num_envs=4096", "save_interval=20"]
     fastsac = ["num_envs=16", "save_interval=1"] if quick else ["num_envs=4096", "save_interval=50"]
@@ -125,7 +130,7 @@ def main() -> int:
     }
     for algo, run_dir in runs.items():
         report[algo] = judge(run_dir, eval_envs)
-    (args.out / "gpu_walk.json").write_text(json.dumps(report, indent=2) + "\n")
+        save()
     print(json.dumps(report, indent=2))
     return 0
 
