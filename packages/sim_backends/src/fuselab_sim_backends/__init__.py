@@ -1,4 +1,5 @@
-"""fuselab-sim-backends: see the package README; the implementation lands with its issue."""
+"""fuselab-sim-backends: MuJoCo CPU, MuJoCo Warp and MotrixSim behind the SimBackend contract
+(see the package README)."""
 
 from importlib.metadata import version
 

@@ -1,0 +1,95 @@
+"""The README and docs/ cannot rot: every ``uv run`` command of their bash blocks is composed or
+started the way it is written, and every Python block runs.
+
+A fuselab Hydra app's command line is composed with ``--cfg job`` (every key and value checked,
+nothing trained); ``fuselab-motion`` and ``tools/`` scripts are asked for their subcommand's
+``--help``; ``nox -s NAME`` must name a session of the noxfile; ``fuselab-list`` runs whole.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+HYDRA_APPS = {
+    "fuselab-train": "train",
+    "fuselab-eval": "evaluate",
+    "fuselab-play": "play",
+    "fuselab-sim2sim": "sim2sim",
+    "fuselab-view": "view",
+}
+BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+
+
+def blocks(language: str) -> list[tuple[str, str]]:
+    found = []
+    for page in PAGES:
+        for k, (lang, body) in enumerate(BLOCK.findall(page.read_text())):
+            if lang == language:
+                found.append((f"{page.relative_to(ROOT)}#{k}", body))
+    return found
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for where, body in blocks("bash") + blocks("sh"):
+        for line in body.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words[:2] == ["uv", "run"]:
+                found.append((f"{where}: {' '.join(words[2:])}"[:120], words[2:]))
+    return found
+
+
+def invocation(words: list[str]) -> list[str] | None:
+    """The check of one ``uv run`` command line (None: nothing to run, checked in place)."""
+    python = sys.executable
+    if words[0] == "torchrun":  # the command after --no-python
+        return invocation(words[words.index("--no-python") + 1 :])
+    if words[0] in HYDRA_APPS:
+        entry = HYDRA_APPS[words[0]]
+        script = f"from fuselab_rl.cli import {entry}; {entry}()"
+        return [python, "-c", script, *words[1:], "--cfg", "job"]
+    if words[0] == "fuselab-list":
+        return [python, "-c", "from fuselab_rl.cli import list_all; list_all()"]
+    if words[0] == "fuselab-motion":
+        return [python, "-m", "fuselab_envs.motion.cli", words[1], "--help"]
+    if words[:2] == ["python", "tools/" + Path(words[1]).name]:
+        return [python, str(ROOT / words[1]), "--help"]
+    if words[0] == "nox":
+        session = words[words.index("-s") + 1]
+        noxfile = (ROOT / "noxfile.py").read_text()
+        assert f"def {session}(" in noxfile or f'name="{session}"' in noxfile, session
+        return None
+    if words[0] == "tensorboard":
+        assert importlib.util.find_spec("tensorboard") is not None
+        return None
+    raise AssertionError(f"the docs test does not know how to check: uv run {' '.join(words)}")
+
+
+@pytest.mark.parametrize(("where", "words"), commands(), ids=[w for w, _ in commands()])
+def test_every_documented_command_composes(where, words, tmp_path):
+    argv = invocation(words)
+    if argv is None:
+        return
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{where}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+@pytest.mark.parametrize(("where", "code"), blocks("python"), ids=[w for w, _ in blocks("python")])
+def test_every_documented_python_block_runs(where, code, tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"{where}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+
+
+def test_the_docs_hold_commands_and_examples():
+    assert len(commands()) >= 20 and len(blocks("python")) >= 3
