@@ -111,3 +111,34 @@ def test_play_of_an_async_fastsac_run_starts_no_collector_process(monkeypatch, t
     obs = torch.randn(16, 4) * 2
     assert torch.equal(policy(obs), exported(obs))
     assert not any(p.requires_grad for p in policy.parameters())
+
+
+def test_videos_show_a_floor_grid_and_what_the_env_is_asked_to_do():
+    import mujoco
+
+    from fuselab_envs import compose
+    from fuselab_envs.registry import make_env
+    from fuselab_rl.play import draw_task, film_set, render_model, render_spec
+
+    def decorations(task: str, overrides: list[str]) -> list[int]:
+        cfg = compose(task, ["num_envs=1", *overrides])
+        model = film_set(render_spec(cfg))
+        plain = render_model(cfg)
+        assert (model.nbody, model.ngeom, model.nq) == (plain.nbody, plain.ngeom, plain.nq)
+        floors = model.geom_type == mujoco.mjtGeom.mjGEOM_PLANE
+        assert floors.any() and (model.geom_matid[floors] >= 0).all()  # the grid material
+        env = make_env(cfg)
+        try:
+            data = mujoco.MjData(model)
+            mujoco.mj_forward(model, data)
+            scene = mujoco.MjvScene(model, maxgeom=500)
+            before = scene.ngeom
+            draw_task(scene, env, data)
+            return [int(scene.geoms[k].type) for k in range(before, scene.ngeom)]
+        finally:
+            env.close()
+
+    arrow = int(mujoco.mjtGeom.mjGEOM_ARROW)
+    assert decorations("g1_walk_flat", ["commands.velocity.params.standing_fraction=0"]) == [arrow]
+    spheres = decorations("g1_motion_tracking", [])
+    assert len(spheres) >= 14 and set(spheres) == {int(mujoco.mjtGeom.mjGEOM_SPHERE)}
