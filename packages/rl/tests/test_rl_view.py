@@ -140,3 +140,22 @@ def test_the_checkpoint_selector_swaps_the_policy(tmp_path):
         assert viewer.steps == 1
     finally:
         viewer.close()
+
+
+def test_the_command_lines_start_a_viewer_and_stop(tmp_path):
+    """fuselab-view task= (composing inside its own Hydra app) and fuselab-motion view FILE."""
+    import subprocess
+    import sys
+
+    viewer = "from fuselab_rl.cli import view; view()"
+    started = subprocess.run(
+        [sys.executable, "-c", viewer, "task=cartpole", "seconds=1", "port=8183"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stderr[-2000:]
+    assert "viewer ready: 1 envs of cartpole" in started.stderr
+    motion = [sys.executable, "-m", "fuselab_envs.motion.cli", "view"]
+    missing = subprocess.run([*motion, str(tmp_path / "none.npz")], capture_output=True, text=True)
+    assert missing.returncode == 1 and "file: no motion file at" in missing.stderr

@@ -189,7 +189,13 @@ def view(cfg: DictConfig) -> None:
     (clip=FILE) in the browser; the log names the address."""
     configure_logging()
     os.environ.pop("MUJOCO_GL", None)  # viser draws in the browser: no OpenGL here
+    from hydra.core.global_hydra import GlobalHydra
+
     from fuselab_rl.view import Viewer, source_of
+
+    # task= and clip= compose the task's config with Hydra's compose API, which refuses to run
+    # inside this app's Hydra context; the app's own config is already read into cfg.
+    GlobalHydra.instance().clear()
 
     try:
         source = source_of(

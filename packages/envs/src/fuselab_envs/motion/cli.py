@@ -3,12 +3,15 @@
 fuselab-motion inspect FILE.npz
 fuselab-motion convert MOTION.csv --fps 30 -o OUT.npz [--output-fps 50]
 fuselab-motion synth -o OUT.npz [--duration-s 10] [--fps 50]
+fuselab-motion view FILE.npz [--port 8080]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -136,6 +139,19 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _view(args: argparse.Namespace) -> int:
+    """The clip alone on the G1 in the browser: fuselab-rl's viewer (``fuselab-view clip=``),
+    run as its own process (fuselab-envs does not import fuselab-rl)."""
+    if not args.file.is_file():
+        raise FileNotFoundError(f"file: no motion file at {str(args.file)!r}")
+    if importlib.util.find_spec("fuselab_rl") is None:
+        raise ValueError("the viewer is fuselab-rl's fuselab-view: pip install fuselab-rl")
+    viewer = "from fuselab_rl.cli import view; view()"
+    clip = f"clip={args.file.resolve()}"
+    command = [sys.executable, "-c", viewer, clip, f"port={args.port}"]
+    return subprocess.call(command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fuselab-motion",
@@ -174,6 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--duration-s", type=float, default=DEFAULT_DURATION_S)
     synth.add_argument("--fps", type=float, default=DEFAULT_FPS)
     synth.set_defaults(run=_synth)
+
+    view = commands.add_parser("view", help="play a clip alone on the G1 in the browser (viser)")
+    view.add_argument("file", type=Path)
+    view.add_argument("--port", type=int, default=8080, help="the viewer's port (8080)")
+    view.set_defaults(run=_view)
     return parser
 
 
