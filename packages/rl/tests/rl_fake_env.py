@@ -135,3 +135,17 @@ def use_fake_env(monkeypatch, episode_steps: int = 10) -> list[FakeEnv]:
 
     monkeypatch.setattr(registry, "make_env", make_env)
     return built
+
+
+def cartpole_run_overrides(run_dir, *extra: str) -> list[str]:
+    """A small, quiet cartpole run into ``run_dir`` (one thread, no exports, no plot)."""
+    return [
+        "task=cartpole",
+        "num_envs=8",
+        f"run_dir={run_dir}",
+        "progress=false",
+        "export_onnx=false",
+        "plot=false",
+        "threads=1",
+        *extra,
+    ]

@@ -7,7 +7,7 @@ import multiprocessing
 
 import pytest
 import torch
-from rl_fake_env import SMALL_PPO, use_fake_env
+from rl_fake_env import SMALL_PPO, cartpole_run_overrides, use_fake_env
 
 from fuselab_rl import fastsac, fastsac_collector, ppo
 from fuselab_rl.checkpoint import load_checkpoint
@@ -29,18 +29,7 @@ def no_trainer(monkeypatch) -> None:
 def ppo_run(monkeypatch, tmp_path):
     """A PPO run of one iteration on the fake env; returns (run dir, its exported policy)."""
     use_fake_env(monkeypatch)
-    cfg = compose_config(
-        [
-            "task=cartpole",
-            "num_envs=8",
-            f"run_dir={tmp_path}",
-            "progress=false",
-            "export_onnx=false",
-            "plot=false",
-            "threads=1",
-            *SMALL_PPO,
-        ]
-    )
+    cfg = compose_config(cartpole_run_overrides(tmp_path, *SMALL_PPO))
     with create_training_handle(cfg) as handle:
         handle.train(1)
         return tmp_path, handle.trainer.export_policy()

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from rl_fake_env import cartpole_run_overrides
 
 from fuselab_rl.runner import compose_config, create_training_handle
 from fuselab_rl.view import Viewer, source_of
@@ -112,19 +113,8 @@ def test_a_clip_plays_loops_and_scrubs_with_its_reference_as_the_ghost(tmp_path)
 
 
 def test_the_checkpoint_selector_swaps_the_policy(tmp_path):
-    cfg = compose_config(
-        [
-            "task=cartpole",
-            "num_envs=8",
-            f"run_dir={tmp_path}",
-            "progress=false",
-            "export_onnx=false",
-            "plot=false",
-            "threads=1",
-            "save_interval=1",
-            "algo.num_steps_per_env=8",
-        ]
-    )
+    overrides = cartpole_run_overrides(tmp_path, "save_interval=1", "algo.num_steps_per_env=8")
+    cfg = compose_config(overrides)
     with create_training_handle(cfg) as handle:
         handle.train(2)
     source = source_of(run=str(tmp_path), events="nominal")

@@ -37,12 +37,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_env_core.rotations import np_quat_apply, np_yaw
 from fuselab_rl.checkpoint import load_checkpoint, write_text_atomic
-from fuselab_rl.play import load_policy
+from fuselab_rl.play import load_policy, policy_actions
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +139,7 @@ def walk_rollout(
         settle_steps = round(SETTLE_S / env.step_dt)
         obs = env.terms.buffers.obs
         for step in range(settle_steps + round(seconds / env.step_dt)):
-            result = env.step(_act(policy, obs))
+            result = env.step(policy_actions(policy, obs["actor"]))
             obs = result.obs
             fallen |= result.terminated
             if step >= settle_steps:
@@ -262,7 +261,7 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
         active, failed = np.ones(n, np.bool_), np.zeros(n, np.bool_)
         obs = env.terms.buffers.obs
         while active.any():
-            result = env.step(_act(policy, obs))
+            result = env.step(policy_actions(policy, obs["actor"]))
             obs = result.obs
             done = result.terminated | result.truncated
             failed |= active & result.terminated
@@ -450,12 +449,6 @@ def format_report(report: dict[str, Any]) -> str:
 
 def write_report(report: dict[str, Any], path: str | Path) -> Path:
     return write_text_atomic(Path(path), json.dumps(report, indent=2) + "\n")
-
-
-def _act(policy: Callable, obs: dict[str, np.ndarray]) -> np.ndarray:
-    with torch.no_grad():
-        actions = policy(torch.from_numpy(obs["actor"])).numpy()
-    return actions.astype(np.float32, copy=False)
 
 
 def _root_mean(total: float, count: int) -> float:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,6 +78,13 @@ def load_policy(checkpoint: dict[str, Any], field: str = "checkpoint") -> torch.
     return policy.eval()
 
 
+def policy_actions(policy: Callable, actor_obs: np.ndarray) -> np.ndarray:
+    """A torch policy's float32 actions for a NumPy batch of actor observations."""
+    with torch.no_grad():
+        actions = policy(torch.from_numpy(actor_obs)).numpy()
+    return actions.astype(np.float32, copy=False)
+
+
 def play(
     source: str | Path,
     *,
@@ -122,9 +130,7 @@ def _roll_out(
         if recorder:
             recorder.capture()
         for _ in range(steps):
-            with torch.no_grad():
-                actions = policy(torch.from_numpy(obs["actor"])).numpy()
-            step = env.step(actions.astype(np.float32, copy=False))
+            step = env.step(policy_actions(policy, obs["actor"]))
             obs = step.obs
             episode_return += float(step.reward[0])
             if recorder:
@@ -207,12 +213,8 @@ class VideoRecorder:
         except (RuntimeError, AttributeError, mujoco.FatalError) as error:  # no GL context
             raise gl_error(error) from None
         self.camera = tracking_camera(self.model)
+        check_render_model(self.model, env, "video")
         facts = env.backend.model
-        if (facts.nq, facts.nv) != (self.model.nq, self.model.nv):
-            raise ValueError(
-                f"video: the render model has nq {self.model.nq}, nv {self.model.nv}; the "
-                f"backend has nq {facts.nq}, nv {facts.nv}"
-            )
         self._qpos = np.zeros((1, facts.nq), np.float32)
         self._qvel = np.zeros((1, facts.nv), np.float32)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -243,6 +245,16 @@ class VideoRecorder:
 def render_model(cfg: DictConfig):
     """The task's MJCF (``robot.mjcf``, else the task's embedded model) compiled for rendering."""
     return render_spec(cfg).compile()
+
+
+def check_render_model(model, env: Any, where: str) -> None:
+    """``model`` mirrors ``env``'s backend (its qpos and qvel copy over as they are)."""
+    facts = env.backend.model
+    if (facts.nq, facts.nv) != (model.nq, model.nv):
+        raise ValueError(
+            f"{where}: the render model has nq {model.nq}, nv {model.nv}; the backend has "
+            f"nq {facts.nq}, nv {facts.nv}"
+        )
 
 
 def render_spec(cfg: DictConfig):
@@ -296,14 +308,14 @@ def draw_task(scene, env: Any, data) -> None:
     and, for a motion clip, the reference bodies at the env's frame as spheres."""
     import mujoco
 
+    from fuselab_env_core.rotations import np_yaw
     from fuselab_envs.commands.motion import MotionCommand
     from fuselab_envs.commands.velocity import UniformVelocityCommand
 
     for generator in env.commands.values():
         if isinstance(generator, UniformVelocityCommand):
             vx, vy, wz = (float(v) for v in generator.command[0])
-            w, x, y, z = data.qpos[3:7]
-            yaw = np.arctan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+            yaw = float(np_yaw(data.qpos[3:7]))
             start = data.qpos[:3] + np.array([0.0, 0.0, 0.6])
             planar = np.array(
                 [np.cos(yaw) * vx - np.sin(yaw) * vy, np.sin(yaw) * vx + np.cos(yaw) * vy]

@@ -20,6 +20,7 @@ loop applies them between steps, so the env is only ever touched by one thread.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -128,18 +129,14 @@ class Viewer:
         from fuselab_envs.commands.motion import MotionCommand
         from fuselab_envs.commands.velocity import UniformVelocityCommand
         from fuselab_envs.registry import make_env
-        from fuselab_rl.play import render_model
+        from fuselab_rl.play import check_render_model, render_model
 
         started = time.perf_counter()
         self.source, self.policy = source, source.policy
         self.env = make_env(source.cfg)
         self.model = render_model(source.cfg)
+        check_render_model(self.model, self.env, "view")
         facts = self.env.backend.model
-        if (facts.nq, facts.nv) != (self.model.nq, self.model.nv):
-            raise ValueError(
-                f"view: the render model has nq {self.model.nq}, nv {self.model.nv}; the "
-                f"backend has nq {facts.nq}, nv {facts.nv}"
-            )
         n = self.env.num_envs
         self._datas = [mujoco.MjData(self.model) for _ in range(n)]
         self._qpos = np.zeros((n, facts.nq), np.float32)
@@ -451,8 +448,6 @@ def _first(commands: Mapping[str, Command], kind: type[C]) -> C | None:
 
 
 def _numpy_policy(policy: torch.nn.Module) -> Callable[[np.ndarray], np.ndarray]:
-    def act(obs: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return policy(torch.from_numpy(obs)).numpy().astype(np.float32, copy=False)
+    from fuselab_rl.play import policy_actions
 
-    return act
+    return functools.partial(policy_actions, policy)
