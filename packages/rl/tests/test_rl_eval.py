@@ -24,7 +24,9 @@ from fuselab_rl.evaluate import (
     evaluate_policy,
     format_report,
     heading_frame_velocity,
+    start_frames,
     walk_commands,
+    worst_clips,
     write_report,
 )
 from fuselab_rl.play import load_policy
@@ -88,9 +90,9 @@ def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
     env.write_state(np.arange(2), qpos, qvel)
     env.robot.update()
     motion.motion_frame[:] = frames + 1  # after a step: the frame it was scored on is behind
-    errors = TrackingErrors(motion, ["left_ankle_roll_link", "right_wrist_yaw_link"])
+    errors = TrackingErrors(motion, ["left_ankle_roll_link", "right_wrist_yaw_link"], 2)
     errors.add(env, np.arange(2))
-    on_clip = errors.summary()
+    on_clip = errors.summary(np.arange(2))
     assert all(type(value) is float for value in on_clip.values())  # what json.dumps takes
     for key in ("mpkpe_mm", "root_relative_mpkpe_mm", "end_effector_mm"):
         assert on_clip[key] < 1.0, key  # float32 forward kinematics of the clip's own bodies
@@ -100,12 +102,53 @@ def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
     qpos[:, 0] += 0.1
     env.write_state(np.arange(2), qpos, qvel)
     env.robot.update()
-    shifted = TrackingErrors(motion, ["left_ankle_roll_link", "right_wrist_yaw_link"])
+    shifted = TrackingErrors(motion, ["left_ankle_roll_link", "right_wrist_yaw_link"], 2)
     shifted.add(env, np.arange(2))
-    result = shifted.summary()
+    result = shifted.summary(np.arange(2))
+    assert shifted.summary(np.array([1]))["mpkpe_mm"] == pytest.approx(100.0, abs=1.0)
     assert result["mpkpe_mm"] == pytest.approx(100.0, abs=1.0)
     assert result["end_effector_mm"] == pytest.approx(100.0, abs=1.0)
     assert result["root_relative_mpkpe_mm"] < 1.0 and result["joint_pos_rad"] < 1e-5
+
+
+def test_a_dataset_is_tracked_clip_by_clip_from_its_first_frame_and_spread_starts(tmp_path):
+    import torch
+
+    from fuselab_envs.motion.synth import synth_clip
+
+    for name, seconds in (("squat", 1.0), ("stand", 0.6)):
+        synth_clip(seconds, 50.0).save(tmp_path / f"{name}.npz")
+    cfg = fuselab_envs.compose("g1_motion_tracking", [f"commands.motion.params.file={tmp_path}"])
+    motion_dataset = (
+        fuselab_envs.make(
+            "g1_motion_tracking", [f"commands.motion.params.file={tmp_path}"], num_envs=1
+        )
+        .commands["motion"]
+        .dataset
+    )
+    clips = np.arange(6) % 2
+    assert list(start_frames(motion_dataset, clips, spread=False)) == [0, 51, 0, 51, 0, 51]
+    assert list(start_frames(motion_dataset, clips, spread=True)) == [0, 51, 16, 61, 33, 71]
+
+    def hold_default(obs: torch.Tensor) -> torch.Tensor:  # the default pose, whatever the clip
+        return torch.zeros(obs.shape[0], 29)
+
+    report = evaluate_policy(cfg, hold_default, num_envs=6)
+    first = report["metrics"]["from_first_frame"]
+    assert set(first["clips"]) == {"squat", "stand"}
+    assert first["clips"]["squat"]["envs"] == first["clips"]["stand"]["envs"] == 3
+    weighted = sum(c["success_rate"] * c["envs"] for c in first["clips"].values()) / 6
+    assert first["success_rate"] == pytest.approx(weighted)
+    assert "clips" in report["metrics"]["from_spread_starts"]
+    worst = worst_clips(report["metrics"])
+    assert [w["clip"] for w in worst] == sorted(
+        first["clips"],
+        key=lambda c: (first["clips"][c]["success_rate"], -first["clips"][c]["mpkpe_mm"]),
+    )
+    text = format_report({**report, "checkpoint": "-", "iteration": 0})
+    assert "  squat" in text and "worst clips from the first frame: " in text
+    with pytest.raises(ValueError, match="num_envs: 1 envs cannot track the dataset's 2 clips"):
+        evaluate_policy(cfg, hold_default, num_envs=1)
 
 
 def test_the_eval_config_keeps_the_nominal_robot_or_the_training_events_and_adds_pushes():

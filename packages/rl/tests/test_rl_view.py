@@ -104,7 +104,7 @@ def test_a_clip_plays_loops_and_scrubs_with_its_reference_as_the_ghost(tmp_path)
         assert 40 < frame < 60
         viewer.render()
         assert clip_panel.timeline.value == frame
-        reference = motion.clip.body_pos_w[frame]  # (viser sends points as float16)
+        reference = motion.table.body_pos_w[frame]  # (viser sends points as float16)
         np.testing.assert_allclose(clip_panel.ghost.points, reference, atol=1e-3)
         qpos, _ = motion.reference_state(np.array([frame], np.int32))
         np.testing.assert_allclose(viewer._qpos[0], qpos[0], atol=1e-5)  # the robot is on it

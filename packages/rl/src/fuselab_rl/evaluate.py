@@ -178,25 +178,24 @@ def velocity_ranges(spec: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
 
 
 class TrackingErrors:
-    """Per-sample tracking errors of the rows measured, summed; means over (env, step)."""
+    """Per-env sums of the tracking errors of the rows measured; means over (env, step)."""
 
-    def __init__(self, motion: Any, end_effectors: list[str], root: str = "pelvis"):
+    METRICS = (
+        "mpkpe_mm",
+        "root_relative_mpkpe_mm",
+        "end_effector_mm",
+        "joint_pos_rad",
+        "joint_vel_radps",
+    )
+
+    def __init__(self, motion: Any, end_effectors: list[str], num_envs: int, root: str = "pelvis"):
         names = list(motion.body_names)
         self.end_effectors = [names.index(name) for name in end_effectors]
         self.root = names.index(root)
         self.motion = motion
         self.arrays = motion.arrays
-        self.sums = dict.fromkeys(
-            (
-                "mpkpe_mm",
-                "root_relative_mpkpe_mm",
-                "end_effector_mm",
-                "joint_pos_rad",
-                "joint_vel_radps",
-            ),
-            0.0,
-        )
-        self.samples = 0
+        self.sums = {name: np.zeros(num_envs) for name in self.METRICS}
+        self.samples = np.zeros(num_envs, np.int64)
 
     def add(self, env: Any, rows: np.ndarray) -> None:
         """The rows' state after a step against the frame that step was scored on (the frame
@@ -211,26 +210,29 @@ class TrackingErrors:
             (pos - pos[:, self.root : self.root + 1]) - (ref - ref[:, self.root : self.root + 1]),
             axis=-1,
         )
-        s = self.sums
-        s["mpkpe_mm"] += 1e3 * error.mean(axis=1).sum()
-        s["root_relative_mpkpe_mm"] += 1e3 * relative.mean(axis=1).sum()
-        s["end_effector_mm"] += 1e3 * error[:, self.end_effectors].mean(axis=1).sum()
         joint_pos = self.arrays["motion_joint_pos"][frames]
         joint_vel = self.arrays["motion_joint_vel"][frames]
-        s["joint_pos_rad"] += np.abs(env.robot.joint_pos[rows] - joint_pos).mean(axis=1).sum()
-        s["joint_vel_radps"] += np.abs(env.robot.joint_vel[rows] - joint_vel).mean(axis=1).sum()
-        self.samples += len(rows)
+        s = self.sums
+        s["mpkpe_mm"][rows] += 1e3 * error.mean(axis=1)
+        s["root_relative_mpkpe_mm"][rows] += 1e3 * relative.mean(axis=1)
+        s["end_effector_mm"][rows] += 1e3 * error[:, self.end_effectors].mean(axis=1)
+        s["joint_pos_rad"][rows] += np.abs(env.robot.joint_pos[rows] - joint_pos).mean(axis=1)
+        s["joint_vel_radps"][rows] += np.abs(env.robot.joint_vel[rows] - joint_vel).mean(axis=1)
+        self.samples[rows] += 1
 
-    def summary(self) -> dict[str, float]:
-        """Means per sample, as Python floats (the joint sums are float32: JSON takes neither)."""
+    def summary(self, rows: np.ndarray) -> dict[str, float]:
+        """Means per sample over ``rows``, as Python floats (JSON takes no NumPy scalar)."""
+        count = int(self.samples[rows].sum())
         return {
-            k: float(v) / self.samples if self.samples else math.nan for k, v in self.sums.items()
+            name: float(self.sums[name][rows].sum()) / count if count else math.nan
+            for name in self.METRICS
         }
 
 
 def evaluate_tracking(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
-    """The clip from its first frame (every env), then from starts spread over the clip (env k
-    at frame k * frames / N); each row runs to the clip's end or its first failure."""
+    """Every clip from its first frame, then from starts spread over it; each row runs to its
+    clip's end or its first failure. Env k tracks clip k mod C of a dataset of C clips, so
+    every clip gets about N / C envs; a dataset's figures are also given per clip."""
     del seconds  # a tracking episode is the rest of its clip
     params = cfg.commands[command_entry(cfg, MOTION)].setdefault("params", {})
     for key in [k for k in params if str(k).startswith("reset_")]:  # no reset noise
@@ -250,14 +252,20 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
     env = make_env(cfg)
     try:
         n, motion = env.num_envs, env.commands[command_entry(cfg, MOTION)]
-        if spread:
-            starts = (np.arange(n) * (motion.num_frames - 1) // n).astype(np.int32)
-            motion.motion_frame[:] = starts
-            qpos, qvel = motion.reference_state(starts)
-            env.write_state(np.arange(n), qpos, qvel)
-            env.robot.update()
-            env.terms.observe()
-        errors = TrackingErrors(motion, list(cfg.bodies.end_effectors))
+        clips = np.arange(n) % motion.dataset.num_clips
+        if n < motion.dataset.num_clips:
+            raise ValueError(
+                f"num_envs: {n} envs cannot track the dataset's {motion.dataset.num_clips} clips; "
+                f"expected at least {motion.dataset.num_clips}"
+            )
+        rows = np.arange(n)
+        starts = start_frames(motion.dataset, clips, spread)
+        motion.set_frames(rows, starts)
+        qpos, qvel = motion.reference_state(starts)
+        env.write_state(rows, qpos, qvel)
+        env.robot.update()
+        env.terms.observe()
+        errors = TrackingErrors(motion, list(cfg.bodies.end_effectors), n)
         active, failed = np.ones(n, np.bool_), np.zeros(n, np.bool_)
         obs = env.terms.buffers.obs
         while active.any():
@@ -269,7 +277,35 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
             active &= ~done
     finally:
         env.close()
-    return {"success_rate": float(1.0 - failed.mean()), **errors.summary(), "envs": n}
+
+    def measured(rows: np.ndarray) -> dict[str, float]:
+        success = float(1.0 - failed[rows].mean())
+        return {"success_rate": success, **errors.summary(rows), "envs": int(len(rows))}
+
+    report = measured(np.arange(n))
+    if motion.dataset.num_clips > 1:
+        for c, name in enumerate(motion.dataset.names):
+            report.setdefault("clips", {})[name] = measured(np.flatnonzero(clips == c))
+    return report
+
+
+def start_frames(dataset: Any, clips: np.ndarray, spread: bool) -> np.ndarray:
+    """Each row's start frame of the table: its clip's first frame, or (``spread``) the j-th of
+    a clip's n rows at j / n of the way through the clip."""
+    local = np.zeros(len(clips), np.int64)
+    if spread:
+        for clip in np.unique(clips):
+            rows = np.flatnonzero(clips == clip)
+            local[rows] = np.arange(len(rows)) * (dataset.frames[clip] - 1) // len(rows)
+    return (dataset.starts[clips] + local).astype(np.int32)
+
+
+def worst_clips(metrics: dict[str, Any], count: int = 5) -> list[dict[str, Any]]:
+    """A dataset's clips that fare worst from their first frame: lowest success, then highest
+    MPKPE."""
+    clips = metrics["from_first_frame"].get("clips", {})
+    ranked = sorted(clips.items(), key=lambda kv: (kv[1]["success_rate"], -kv[1]["mpkpe_mm"]))
+    return [{"clip": name, **values} for name, values in ranked[:count]]
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -433,17 +469,28 @@ def _check_window(num_envs: object, seconds: object) -> None:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The report as a table: one row per group (command kind, start set), one column a metric."""
-    groups = report["metrics"]
-    columns = list(next(iter(groups.values())))
+    """The report as a table: one row per group (command kind, start set; a dataset's clips
+    under each start set), one column a metric; a dataset's worst clips after it."""
+    rows = []
+    for name, values in report["metrics"].items():
+        rows.append((name, values))
+        rows.extend((f"  {clip}", v) for clip, v in values.get("clips", {}).items())
+    columns = [c for c, v in rows[0][1].items() if not isinstance(v, dict)]
+    width = max(18, *(len(name) for name, _ in rows))
     lines = [
         f"{report['task']} {report['checkpoint']} (iteration {report['iteration']}, "
         f"{report['num_envs']} envs)",
-        "  ".join([f"{'':>18}", *(f"{c:>26}" for c in columns)]),
+        "  ".join([f"{'':>{width}}", *(f"{c:>26}" for c in columns)]),
     ]
-    for name, values in groups.items():
+    for name, values in rows:
         cells = [f"{_cell(values[c]):>26}" for c in columns]
-        lines.append("  ".join([f"{name:>18}", *cells]))
+        lines.append("  ".join([f"{name:>{width}}", *cells]))
+    if "from_first_frame" in report["metrics"] and "clips" in report["metrics"]["from_first_frame"]:
+        worst = ", ".join(
+            f"{w['clip']} ({w['success_rate']:.0%}, {w['mpkpe_mm']:.0f} mm)"
+            for w in worst_clips(report["metrics"])
+        )
+        lines.append(f"worst clips from the first frame: {worst}")
     return "\n".join(lines) + "\n"
 
 

@@ -325,7 +325,7 @@ def draw_task(scene, env: Any, data) -> None:
                 _add_geom(scene, mujoco.mjtGeom.mjGEOM_ARROW, COMMAND_RGBA, start, end)
         elif isinstance(generator, MotionCommand):
             frame = int(generator.motion_frame[0])
-            for position in generator.clip.body_pos_w[frame]:
+            for position in generator.table.body_pos_w[frame]:
                 _add_geom(scene, mujoco.mjtGeom.mjGEOM_SPHERE, REFERENCE_RGBA, position)
 
 

@@ -399,18 +399,30 @@ class Joystick:
 
 class ClipPanel:
     """A motion command's timeline (it follows the env in view; dragging it puts every env onto
-    the clip at that frame) and its reference bodies drawn as a ghost beside the robot."""
+    the clips at that frame) and its reference bodies drawn as a ghost beside the robot. A
+    dataset's clips lie end to end on the timeline; a dropdown jumps to the start of each."""
 
     def __init__(self, viewer: Viewer, motion: MotionCommand):
         self.viewer, self.motion = viewer, motion
         self.num_frames = motion.num_frames
+        dataset = motion.dataset
         gui = viewer.server.gui
         with gui.add_folder("Motion clip"):
+            if dataset.num_clips > 1:
+                chooser = gui.add_dropdown("Clip", dataset.names, initial_value=dataset.names[0])
+
+                @chooser.on_update
+                def _(event) -> None:
+                    if event.client is not None:
+                        first = int(dataset.starts[dataset.index(chooser.value)])
+                        viewer.request(lambda: self.put_on(first))
+
             self.timeline = gui.add_slider(
                 "Frame", min=0, max=motion.num_frames - 1, step=1, initial_value=0
             )
+            clips = f"{dataset.num_clips} clips, " if dataset.num_clips > 1 else ""
             gui.add_markdown(
-                f"{motion.num_frames} frames at {1 / viewer.env.step_dt:.0f} Hz; the blue "
+                f"{clips}{motion.num_frames} frames at {1 / viewer.env.step_dt:.0f} Hz; the blue "
                 "points are the reference's bodies"
             )
 
@@ -421,24 +433,24 @@ class ClipPanel:
 
         self.ghost = viewer.server.scene.add_point_cloud(
             "/fixed_bodies/reference",  # in the world frame, which the tracking camera moves
-            points=motion.clip.body_pos_w[0],
+            points=motion.table.body_pos_w[0],
             colors=GHOST_COLOR,
             point_size=0.06,
             point_shape="circle",
         )
 
     def put_on(self, frame: int) -> None:
-        """Every env exactly on the clip at ``frame``."""
+        """Every env exactly on the clips at ``frame`` (of the table)."""
         env = self.viewer.env
         frames = np.full(env.num_envs, frame, np.int32)
-        self.motion.motion_frame[:] = frames
+        self.motion.set_frames(env.all_envs, frames)
         qpos, qvel = self.motion.reference_state(frames)
         env.write_state(env.all_envs, qpos, qvel)
         self.viewer.observe()
 
     def render(self, env_id: int) -> None:
         frame = int(self.motion.motion_frame[env_id])
-        self.ghost.points = self.motion.clip.body_pos_w[frame]
+        self.ghost.points = self.motion.table.body_pos_w[frame]
         self.timeline.value = frame
 
 

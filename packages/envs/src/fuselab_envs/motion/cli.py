@@ -1,7 +1,10 @@
-"""``fuselab-motion``: inspect motion files, convert retargeted CSV, write the procedural clip.
+"""``fuselab-motion``: inspect motion files and datasets, convert the layouts people have,
+write the procedural clip, view a clip.
 
-fuselab-motion inspect FILE.npz
+fuselab-motion inspect FILE.npz | DIR | MANIFEST.yaml     (a dataset: a table of every clip)
 fuselab-motion convert MOTION.csv --fps 30 -o OUT.npz [--output-fps 50]
+fuselab-motion convert MOTION.npz -o OUT.npz              (any layout: joint-only clips get FK)
+fuselab-motion convert DIR -o OUT_DIR [--fps 30]          (every .csv and .npz below DIR)
 fuselab-motion synth -o OUT.npz [--duration-s 10] [--fps 50]
 fuselab-motion view FILE.npz [--port 8080]
 """
@@ -23,10 +26,12 @@ from fuselab_envs.motion.clip import MotionClip, MotionFileError, load_motion
 from fuselab_envs.motion.convert import (
     DEFAULT_OUTPUT_FPS,
     convert_csv,
+    convert_npz,
     forward_kinematics,
     load_model,
     lowest_foot_points,
 )
+from fuselab_envs.motion.dataset import clip_entries
 from fuselab_envs.motion.synth import DEFAULT_DURATION_S, DEFAULT_FPS, synth_clip
 from fuselab_sim_backends.model import model_facts
 
@@ -86,6 +91,12 @@ def _report(line: str = "") -> None:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.file.is_file() and args.file.suffix == ".npz":
+        return _inspect_clip(args)
+    return _inspect_dataset(args)
+
+
+def _inspect_clip(args: argparse.Namespace) -> int:
     model = load_model(args.model)
     facts = model_facts(model)
     clip = load_motion(args.file, joint_names=facts.joint_names, body_names=facts.body_names)
@@ -119,17 +130,95 @@ def _inspect(args: argparse.Namespace) -> int:
     return 1 if problems and args.strict else 0
 
 
-def _convert(args: argparse.Namespace) -> int:
-    clip = convert_csv(
-        args.csv,
-        input_fps=args.fps,
-        output_fps=args.output_fps,
-        model=load_model(args.model),
-        progress=None if args.progress else False,
+def _inspect_dataset(args: argparse.Namespace) -> int:
+    """A directory or manifest: one row per clip (length, weight, root height, problems), a
+    clip that cannot be read counted as a problem, then every problem by clip."""
+    model = load_model(args.model)
+    facts = model_facts(model)
+    entries = clip_entries(args.file)
+    total_weight = sum(entry.weight for entry in entries)
+    width = max(len("clip"), *(len(entry.name) for entry in entries))
+    _report(
+        f"{'clip':<{width}}  {'frames':>6}  {'fps':>5}  {'seconds':>7}  {'weight':>6}  "
+        f"{'root z (m)':>13}  problems"
     )
+    found: dict[str, list[str]] = {}
+    seconds = 0.0
+    for entry in entries:
+        share = f"{entry.weight / total_weight:6.3f}"
+        try:
+            clip = load_motion(
+                entry.path, joint_names=facts.joint_names, body_names=facts.body_names
+            )
+        except MotionFileError as error:
+            found[entry.name] = [f"unreadable: {error}"]
+            _report(f"{entry.name:<{width}}  {'-':>6}  {'-':>5}  {'-':>7}  {share}  {'-':>13}  1")
+            continue
+        found[entry.name] = _problems(model, clip)
+        seconds += clip.duration_s
+        z = clip.body_pos_w[:, 0, 2]
+        _report(
+            f"{entry.name:<{width}}  {clip.num_frames:>6}  {clip.fps:>5g}  {clip.duration_s:>7.2f}"
+            f"  {share}  {z.min():>6.3f}..{z.max():<5.3f}  {len(found[entry.name]) or '-'}"
+        )
+    troubled = {name: problems for name, problems in found.items() if problems}
+    _report(f"\n{len(entries)} clips, {seconds:.1f} s; {len(troubled) or 'no'} with problems")
+    for name, problems in troubled.items():
+        _report(f"  {name}:")
+        for problem in problems:
+            _report(f"    - {problem}")
+    return 1 if troubled and args.strict else 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    if args.source.is_dir():
+        return _convert_directory(args)
+    clip = _convert_file(args, args.source)
     clip.save(args.output)
     _report(f"wrote {args.output}: {clip.num_frames} frames at {clip.fps:g} fps")
     return 0
+
+
+def _convert_file(args: argparse.Namespace, path: Path) -> MotionClip:
+    """One CSV (at ``--fps``) or motion .npz of any layout, as a clip at ``--output-fps``."""
+    progress = None if args.progress else False
+    if path.suffix.lower() == ".csv":
+        return convert_csv(
+            path,
+            input_fps=args.fps,
+            output_fps=args.output_fps,
+            model=load_model(args.model),
+            progress=progress,
+        )
+    if path.suffix.lower() == ".npz":
+        return convert_npz(
+            path, output_fps=args.output_fps, model=load_model(args.model), progress=progress
+        )
+    raise ValueError(f"source: {str(path)!r}: expected a .csv or .npz file, or a directory")
+
+
+def _convert_directory(args: argparse.Namespace) -> int:
+    """Every .csv and .npz below the source directory, written under the output directory at
+    the same relative path (as .npz); a file that fails is reported and the rest go on."""
+    sources = sorted(
+        p for p in args.source.rglob("*") if p.suffix.lower() in (".csv", ".npz") and p.is_file()
+    )
+    if not sources:
+        raise ValueError(f"source: {str(args.source)!r} holds no .csv or .npz file")
+    failed = 0
+    for path in sources:
+        target = args.output / path.relative_to(args.source).with_suffix(".npz")
+        try:
+            clip = _convert_file(args, path)
+        except (MotionFileError, ValueError) as error:
+            failed += 1
+            _report(f"failed {path}: {error}")
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        clip.save(target)
+        _report(f"wrote {target}: {clip.num_frames} frames at {clip.fps:g} fps")
+    _report(f"{len(sources) - failed} of {len(sources)} converted into {args.output}")
+    return 1 if failed else 0
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -163,8 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    inspect = commands.add_parser("inspect", help="summarise a motion file and report problems")
-    inspect.add_argument("file", type=Path)
+    inspect = commands.add_parser(
+        "inspect",
+        help="summarise a motion file, or a dataset (a directory or manifest: a table of every "
+        "clip), and report problems",
+    )
+    inspect.add_argument("file", type=Path, help=".npz, a directory of them, or a .yaml manifest")
     inspect.add_argument(
         "--strict", action="store_true", help="exit with status 1 when problems are found"
     )
@@ -172,11 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = commands.add_parser(
         "convert",
-        help="retargeted CSV (root xyz, root quat xyzw, joint angles per row) to a motion .npz",
+        help="a retargeted CSV (root xyz, root quat xyzw, joint angles per row), a motion .npz of "
+        "any layout (joint-only: forward kinematics) or a directory of them, to motion .npz",
     )
-    convert.add_argument("csv", type=Path)
-    convert.add_argument("--fps", type=float, default=30.0, help="frame rate of the CSV (30)")
-    convert.add_argument("-o", "--output", type=Path, required=True, help=".npz to write")
+    convert.add_argument("source", type=Path, help=".csv, .npz, or a directory of them")
+    convert.add_argument("--fps", type=float, default=30.0, help="frame rate of CSV files (30)")
+    convert.add_argument(
+        "-o", "--output", type=Path, required=True, help=".npz to write (a directory for one)"
+    )
     convert.add_argument(
         "--output-fps", type=float, default=DEFAULT_OUTPUT_FPS, help="frame rate to write (50)"
     )

@@ -239,7 +239,7 @@ class MotionClip:
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
+def read_npz_fields(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise MotionFileError(path, "file", "no such file; expected a motion .npz file")
     with path.open("rb") as head:
@@ -271,7 +271,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
         ) from None
 
 
-def _fps(path: Path, raw: np.ndarray) -> float:
+def frame_rate(path: Path, raw: np.ndarray) -> float:
     if raw.size != 1 or not np.issubdtype(raw.dtype, np.number):
         raise MotionFileError(
             path, "fps", f"expected one number, got {raw.dtype} array of shape {raw.shape}"
@@ -290,7 +290,7 @@ def _numeric(path: Path, name: str, raw: np.ndarray, ndim: int, layout: str) -> 
     return raw.astype(np.float64)
 
 
-def _names(path: Path, fields: dict[str, np.ndarray], name: str) -> tuple[str, ...] | None:
+def name_array(path: Path, fields: dict[str, np.ndarray], name: str) -> tuple[str, ...] | None:
     if name not in fields:
         return None
     raw = fields[name]
@@ -329,7 +329,7 @@ def _joint_columns(
     joint_names: Sequence[str],
 ) -> None:
     """Reduce joint_pos / joint_vel to the model's joints, in model order (in place in arrays)."""
-    file_names = _names(path, fields, "joint_names")
+    file_names = name_array(path, fields, "joint_names")
     count = len(file_names) if file_names is not None else len(joint_names)
     names_note = "the file's joint_names" if file_names is not None else "the model's joints"
     for field, base in (
@@ -359,7 +359,7 @@ def _body_columns(
     body_names: Sequence[str],
 ) -> None:
     """Reduce the body fields to the model's bodies, in model order (in place in arrays)."""
-    file_names = _names(path, fields, "body_names")
+    file_names = name_array(path, fields, "body_names")
     for field, width in _BODY_FIELD_WIDTH.items():
         if arrays[field].shape[2] != width:
             raise MotionFileError(
@@ -446,15 +446,22 @@ def load_motion(
     if body_names and body_names[0] == "world":
         body_names = body_names[1:]
 
-    fields = _read_npz(path)
+    fields = read_npz_fields(path)
     missing = [name for name in REQUIRED_FIELDS if name not in fields]
     if missing:
+        hint = (
+            "; a clip of root and joint trajectories alone becomes one with `fuselab-motion "
+            "convert FILE -o OUT.npz` (forward kinematics of the model)"
+            if "fps" not in missing and "body_pos_w" in missing
+            else ""
+        )
         raise MotionFileError(
             path,
             ", ".join(missing),
-            f"missing; a motion file needs {list(REQUIRED_FIELDS)}, this one has {sorted(fields)}",
+            f"missing; a motion file needs {list(REQUIRED_FIELDS)}, this one has "
+            f"{sorted(fields)}{hint}",
         )
-    file_fps = _fps(path, fields["fps"])
+    file_fps = frame_rate(path, fields["fps"])
     arrays = {
         "joint_pos": _numeric(path, "joint_pos", fields["joint_pos"], 2, "(T, joints)"),
         "joint_vel": _numeric(path, "joint_vel", fields["joint_vel"], 2, "(T, joints)"),

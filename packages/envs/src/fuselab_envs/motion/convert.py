@@ -1,9 +1,17 @@
-"""From root and joint trajectories to motion clips: forward kinematics, velocities, CSV files.
+"""From the layouts people have to motion clips: forward kinematics, velocities, CSV files.
 
-The retargeted-CSV layout (LAFAN1 / Unitree retargeting) has one row per frame, comma separated,
-no header: root x, y, z, root quaternion x, y, z, w, then the joint angles in the model's joint
-order. :func:`convert_csv` reads it, resamples it, runs MuJoCo forward kinematics per frame for
-the body states and differentiates for the velocities; :func:`write_motion_csv` writes a clip back.
+* The retargeted-CSV layout (LAFAN1 / Unitree retargeting) has one row per frame, comma
+  separated, no header: root x, y, z, root quaternion x, y, z, w, then the joint angles in the
+  model's joint order. :func:`convert_csv` reads it, resamples it, runs MuJoCo forward
+  kinematics per frame for the body states and differentiates for the velocities;
+  :func:`write_motion_csv` writes a clip back.
+* A motion ``.npz`` (:func:`convert_npz`): one that :func:`~fuselab_envs.motion.load_motion`
+  reads (BeyondMimic's layout with or without names and the floating base columns, mjlab's
+  bodies in model order), or a joint-only clip: ``fps``, the joint trajectory (``joint_pos``,
+  ``dof_pos`` or ``qpos``; by ``joint_names`` or in model order) and the root, as ``root_pos``
+  with ``root_quat`` (w, x, y, z) or ``root_rot`` (x, y, z, w), or as the floating base's
+  seven columns (x, y, z, qw, qx, qy, qz: MuJoCo's qpos) before the joints; its body states
+  come from forward kinematics, as for a CSV.
 """
 
 from __future__ import annotations
@@ -26,8 +34,12 @@ from fuselab_envs.motion.clip import (
     MIN_FRAMES,
     MotionClip,
     MotionFileError,
+    frame_rate,
     lerp_frames,
+    load_motion,
+    name_array,
     quat_to_rotvec,
+    read_npz_fields,
     resample_grid,
     slerp_frames,
 )
@@ -36,6 +48,8 @@ from fuselab_sim_backends.model import model_facts
 log = logging.getLogger(__name__)
 
 CSV_ROOT_COLUMNS = 7  # root x, y, z, then the root quaternion x, y, z, w
+FLOATING_BASE_COLUMNS = 7  # a qpos trajectory: root x, y, z, then the quaternion w, x, y, z
+JOINT_TRAJECTORIES = ("joint_pos", "dof_pos", "qpos")  # a joint-only clip's joints: the first found
 DEFAULT_OUTPUT_FPS = 50.0
 FOOT_SITES = ("left_foot", "right_foot")
 
@@ -280,26 +294,14 @@ def convert_csv(
     model = load_model() if model is None else model
     num_joints = len(model_facts(model).joint_names)
     rows = read_motion_csv(path, num_joints=num_joints)
-    root_pos = rows[:, 0:3]
-    root_quat = rows[:, [6, 3, 4, 5]]  # x, y, z, w -> w, x, y, z
-    root_quat = root_quat / np.linalg.norm(root_quat, axis=1, keepdims=True)
-    joint_pos = rows[:, CSV_ROOT_COLUMNS:]
-    if output_fps != input_fps:
-        before, alpha = resample_grid(rows.shape[0], input_fps, output_fps)
-        if before.size < MIN_FRAMES:
-            raise MotionFileError(
-                path, "rows", f"too short to resample to {output_fps} fps ({rows.shape[0]} rows)"
-            )
-        root_pos = lerp_frames(root_pos, before, alpha)
-        root_quat = slerp_frames(root_quat, before, alpha)
-        joint_pos = lerp_frames(joint_pos, before, alpha)
-    clip = clip_from_trajectory(
+    clip = _trajectory_clip(
         model,
-        fps=output_fps,
-        root_pos=root_pos,
-        root_quat=root_quat,
-        joint_pos=joint_pos,
-        source=str(path),
+        path,
+        input_fps,
+        output_fps,
+        root_pos=rows[:, 0:3],
+        root_quat=rows[:, [6, 3, 4, 5]],  # x, y, z, w -> w, x, y, z
+        joint_pos=rows[:, CSV_ROOT_COLUMNS:],
         progress=progress,
     )
     elapsed = time.perf_counter() - started
@@ -316,6 +318,156 @@ def convert_csv(
         clip.duration_s / max(elapsed, 1e-9),
     )
     return clip
+
+
+def _trajectory_clip(
+    model: mujoco.MjModel,
+    path: Path,
+    fps: float,
+    output_fps: float,
+    *,
+    root_pos: np.ndarray,
+    root_quat: np.ndarray,
+    joint_pos: np.ndarray,
+    progress: bool | None,
+) -> MotionClip:
+    """A clip at ``output_fps`` from root and joint trajectories at ``fps`` (model order)."""
+    norm = np.linalg.norm(root_quat, axis=1, keepdims=True)
+    if (norm < 1e-6).any():
+        frame = int(np.argmax(norm[:, 0] < 1e-6))
+        raise MotionFileError(path, f"frame {frame}", "expected a root quaternion, got zeros")
+    root_quat = root_quat / norm
+    if output_fps != fps:
+        before, alpha = resample_grid(len(root_pos), fps, output_fps)
+        if before.size < MIN_FRAMES:
+            raise MotionFileError(
+                path, "frames", f"too short to resample to {output_fps} fps ({len(root_pos)})"
+            )
+        root_pos = lerp_frames(root_pos, before, alpha)
+        root_quat = slerp_frames(root_quat, before, alpha)
+        joint_pos = lerp_frames(joint_pos, before, alpha)
+    return clip_from_trajectory(
+        model,
+        fps=output_fps,
+        root_pos=root_pos,
+        root_quat=root_quat,
+        joint_pos=joint_pos,
+        source=str(path),
+        progress=progress,
+    )
+
+
+def convert_npz(
+    path: str | Path,
+    *,
+    output_fps: float | None = None,
+    model: mujoco.MjModel | None = None,
+    progress: bool | None = None,
+) -> MotionClip:
+    """A motion ``.npz`` of any layout of the module docstring as a clip of every body of
+    ``model`` (the G1), at ``output_fps`` (None: the file's rate)."""
+    started = time.perf_counter()
+    path = Path(path)
+    model = load_model() if model is None else model
+    facts = model_facts(model)
+    fields = read_npz_fields(path)
+    if "body_pos_w" in fields:
+        clip = load_motion(
+            path, joint_names=facts.joint_names, body_names=facts.body_names, fps=output_fps
+        )
+    else:
+        clip = _joint_only_clip(path, fields, model, output_fps, progress)
+    log.info(
+        "convert %s: %d frames at %g fps in %.1f ms",
+        path,
+        clip.num_frames,
+        clip.fps,
+        (time.perf_counter() - started) * 1e3,
+    )
+    return clip
+
+
+def _joint_only_clip(
+    path: Path,
+    fields: dict[str, np.ndarray],
+    model: mujoco.MjModel,
+    output_fps: float | None,
+    progress: bool | None,
+) -> MotionClip:
+    """A clip from a joint-only ``.npz`` (module docstring): root and joints, then kinematics."""
+    layout = (
+        f"fps, one of {list(JOINT_TRAJECTORIES)} and the root (root_pos with root_quat (w, x, y, "
+        "z) or root_rot (x, y, z, w), or the floating base's 7 columns first)"
+    )
+    if "fps" not in fields:
+        raise MotionFileError(path, "fps", f"missing; a joint-only clip needs {layout}")
+    fps = frame_rate(path, fields["fps"])
+    name = next((f for f in JOINT_TRAJECTORIES if f in fields), None)
+    if name is None:
+        raise MotionFileError(
+            path, "joint_pos", f"missing; a joint-only clip needs {layout}, got {sorted(fields)}"
+        )
+    joints = _float_frames(path, name, fields[name], None)
+    file_names = name_array(path, fields, "joint_names")
+    model_names = model_facts(model).joint_names
+    count = len(file_names) if file_names is not None else len(model_names)
+    if "root_pos" in fields:
+        root_pos = _float_frames(path, "root_pos", fields["root_pos"], 3)
+        if "root_quat" in fields:
+            root_quat = _float_frames(path, "root_quat", fields["root_quat"], 4)
+        elif "root_rot" in fields:
+            root_quat = _float_frames(path, "root_rot", fields["root_rot"], 4)[:, [3, 0, 1, 2]]
+        else:
+            raise MotionFileError(path, "root_quat", f"missing beside root_pos; expected {layout}")
+    elif joints.shape[1] == count + FLOATING_BASE_COLUMNS:
+        root_pos, root_quat = joints[:, 0:3], joints[:, 3:7]
+        joints = joints[:, FLOATING_BASE_COLUMNS:]
+    else:
+        raise MotionFileError(path, name, f"no root: expected {layout}")
+    if joints.shape[1] != count:
+        raise MotionFileError(path, name, f"expected {count} joint columns, got {joints.shape[1]}")
+    if file_names is not None:
+        missing = [n for n in model_names if n not in file_names]
+        if missing:
+            raise MotionFileError(
+                path, "joint_names", f"the model's joints {missing} are not in the file"
+            )
+        joints = joints[:, [file_names.index(n) for n in model_names]]
+    lengths = {len(root_pos), len(root_quat), len(joints)}
+    if len(lengths) != 1 or len(joints) < MIN_FRAMES:
+        raise MotionFileError(
+            path,
+            name,
+            f"expected one frame count >= {MIN_FRAMES} for root and joints, got {lengths}",
+        )
+    return _trajectory_clip(
+        model,
+        path,
+        fps,
+        output_fps or fps,
+        root_pos=root_pos,
+        root_quat=root_quat,
+        joint_pos=joints,
+        progress=progress,
+    )
+
+
+def _float_frames(path: Path, name: str, raw: np.ndarray, width: int | None) -> np.ndarray:
+    """A (T, width) float64 array of finite numbers, or an error naming the field."""
+    if (
+        raw.ndim != 2
+        or (width is not None and raw.shape[1] != width)
+        or raw.dtype.kind not in "fiu"
+    ):
+        shape = f"(T, {width})" if width else "(T, columns)"
+        raise MotionFileError(
+            path, name, f"expected numbers of shape {shape}, got {raw.dtype} {raw.shape}"
+        )
+    values = raw.astype(np.float64)
+    if not np.isfinite(values).all():
+        frame = int(np.argwhere(~np.isfinite(values))[0, 0])
+        raise MotionFileError(path, name, f"expected finite numbers; frame {frame} is not")
+    return values
 
 
 def write_motion_csv(clip: MotionClip, path: str | Path) -> Path:
