@@ -28,6 +28,7 @@ from fuselab_envs.motion.convert import (
     convert_csv,
     convert_npz,
     forward_kinematics,
+    grounded,
     load_model,
     lowest_foot_points,
 )
@@ -41,6 +42,7 @@ JOINT_RANGE_MARGIN_RAD = 1e-3
 FLOOR_PENETRATION_LIMIT_M = 0.005  # deeper than this is reported
 FLOATING_LIMIT_M = 0.05  # feet never closer to the floor than this is reported
 KINEMATICS_MISMATCH_LIMIT_M = 0.01
+VELOCITY_MISMATCH_LIMIT_MPS = 0.05
 
 
 def _problems(model: mujoco.MjModel, clip: MotionClip) -> list[str]:
@@ -65,10 +67,22 @@ def _problems(model: mujoco.MjModel, clip: MotionClip) -> list[str]:
         problems.append(
             f"feet sink {-feet[lowest_frame] * 1e3:.1f} mm below the floor at frame "
             f"{lowest_frame} ({int((feet < -FLOOR_PENETRATION_LIMIT_M).sum())} frames below "
-            f"-{FLOOR_PENETRATION_LIMIT_M * 1e3:g} mm)"
+            f"-{FLOOR_PENETRATION_LIMIT_M * 1e3:g} mm; convert --ground lifts the clip)"
         )
     if feet.min() > FLOATING_LIMIT_M:
-        problems.append(f"feet never touch the floor: the lowest foot point is {feet.min():.3f} m")
+        problems.append(
+            f"feet never touch the floor: the lowest foot point is {feet.min():.3f} m "
+            "(convert --ground lowers the clip)"
+        )
+    # Velocities should be the time derivative of the positions (of the body origins).
+    differences = np.gradient(clip.body_pos_w.astype(np.float64), 1.0 / clip.fps, axis=0)
+    mismatch = float(np.median(np.linalg.norm(differences - clip.body_lin_vel_w, axis=-1)))
+    if mismatch > VELOCITY_MISMATCH_LIMIT_MPS:
+        problems.append(
+            f"body linear velocities differ from the rate of change of the body positions by "
+            f"{mismatch:.3f} m/s (median): the velocity of another point, such as the centre of "
+            "mass? (convert --from-joints recomputes them)"
+        )
     # The body states should be the model's forward kinematics of the root and joint angles.
     root_quat = clip.body_quat_w[:, 0].astype(np.float64)
     body_pos, _ = forward_kinematics(
@@ -80,7 +94,7 @@ def _problems(model: mujoco.MjModel, clip: MotionClip) -> list[str]:
         problems.append(
             f"body positions differ from the model's forward kinematics of the root and joints "
             f"by up to {error.max():.3f} m ({clip.body_names[body]}, frame {frame}): "
-            f"another robot, or joints in another order?"
+            "another robot, or joints in another order? (convert --from-joints recomputes them)"
         )
     return problems
 
@@ -181,20 +195,22 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _convert_file(args: argparse.Namespace, path: Path) -> MotionClip:
     """One CSV (at ``--fps``) or motion .npz of any layout, as a clip at ``--output-fps``."""
-    progress = None if args.progress else False
+    progress, model = None if args.progress else False, load_model(args.model)
     if path.suffix.lower() == ".csv":
-        return convert_csv(
+        clip = convert_csv(
+            path, input_fps=args.fps, output_fps=args.output_fps, model=model, progress=progress
+        )
+    elif path.suffix.lower() == ".npz":
+        clip = convert_npz(
             path,
-            input_fps=args.fps,
             output_fps=args.output_fps,
-            model=load_model(args.model),
+            model=model,
             progress=progress,
+            from_joints=args.from_joints,
         )
-    if path.suffix.lower() == ".npz":
-        return convert_npz(
-            path, output_fps=args.output_fps, model=load_model(args.model), progress=progress
-        )
-    raise ValueError(f"source: {str(path)!r}: expected a .csv or .npz file, or a directory")
+    else:
+        raise ValueError(f"source: {str(path)!r}: expected a .csv or .npz file, or a directory")
+    return grounded(clip, model) if args.ground else clip
 
 
 def _convert_directory(args: argparse.Namespace) -> int:
@@ -275,6 +291,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     convert.add_argument(
         "--output-fps", type=float, default=DEFAULT_OUTPUT_FPS, help="frame rate to write (50)"
+    )
+    convert.add_argument(
+        "--from-joints",
+        action="store_true",
+        help="recompute every body state from the root and joints (forward kinematics)",
+    )
+    convert.add_argument(
+        "--ground", action="store_true", help="move the clip so its feet touch the floor"
     )
     convert.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar"

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -363,20 +364,34 @@ def convert_npz(
     output_fps: float | None = None,
     model: mujoco.MjModel | None = None,
     progress: bool | None = None,
+    from_joints: bool = False,
 ) -> MotionClip:
     """A motion ``.npz`` of any layout of the module docstring as a clip of every body of
-    ``model`` (the G1), at ``output_fps`` (None: the file's rate)."""
+    ``model`` (the G1), at ``output_fps`` (None: the file's rate). ``from_joints``: every body
+    state is recomputed from the root and joints by forward kinematics (a file whose body
+    states came from another model, or whose velocities are another point's)."""
     started = time.perf_counter()
     path = Path(path)
     model = load_model() if model is None else model
     facts = model_facts(model)
     fields = read_npz_fields(path)
-    if "body_pos_w" in fields:
+    if "body_pos_w" not in fields:
+        clip = _joint_only_clip(path, fields, model, output_fps, progress)
+    else:
         clip = load_motion(
             path, joint_names=facts.joint_names, body_names=facts.body_names, fps=output_fps
         )
-    else:
-        clip = _joint_only_clip(path, fields, model, output_fps, progress)
+        if from_joints:
+            clip = _trajectory_clip(
+                model,
+                path,
+                clip.fps,
+                clip.fps,
+                root_pos=clip.body_pos_w[:, 0].astype(np.float64),
+                root_quat=clip.body_quat_w[:, 0].astype(np.float64),
+                joint_pos=clip.joint_pos.astype(np.float64),
+                progress=progress,
+            )
     log.info(
         "convert %s: %d frames at %g fps in %.1f ms",
         path,
@@ -385,6 +400,18 @@ def convert_npz(
         (time.perf_counter() - started) * 1e3,
     )
     return clip
+
+
+def grounded(clip: MotionClip, model: mujoco.MjModel | None = None) -> MotionClip:
+    """The clip moved up or down so that, in its median frame, the lowest point of its feet
+    touches the floor (a retargeted clip whose feet sink into the floor or float above it)."""
+    model = load_model() if model is None else model
+    feet = lowest_foot_points(model, clip.body_names, clip.body_pos_w, clip.body_quat_w)
+    lift = -float(np.median(feet.min(axis=1)))
+    body_pos_w = clip.body_pos_w.copy()
+    body_pos_w[..., 2] += lift
+    log.info("ground %s: moved %+.1f mm", clip.source, lift * 1e3)
+    return dataclasses.replace(clip, body_pos_w=body_pos_w)
 
 
 def _joint_only_clip(
