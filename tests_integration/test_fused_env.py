@@ -1,6 +1,7 @@
 """FusedEnv on the MuJoCo backend: resets, terminal observations, time-outs, NaN action rows."""
 
 import math
+from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -12,7 +13,8 @@ from fuselab_env_core.env import FusedEnv
 from fuselab_env_core.events import EventManager, event
 from fuselab_env_core.terms import observation, reward, termination
 from fuselab_sim_backends.mujoco_cpu import MujocoBackend
-from fuselab_sim_backends.walker import WALKER_XML
+
+WALKER_XML = (Path(__file__).parents[1] / "packages/sim_backends/tests/walker.xml").read_text()
 
 N = 8
 

@@ -2,19 +2,20 @@
 
     uv run python tools/bench.py [SUITE ...] [--json PATH] [--report DIR] [--quick]
 
-Suites: core (env_core: fused kernel vs NumPy runtime, tuning rebuilds, runtime-slot price,
-disk-cache start-up, thread scaling), backends (body copy, physics threads and overhead, MuJoCo
-Warp, step time vs N), walk and tracking (the G1 tasks: full step, non-physics share, fused vs
-NumPy update_state), training (PPO collector vs the env alone), fastsac (asynchronous
-pipeline efficiency) and distributed (PPO as 2 torchrun ranks x 1 core vs 1 rank x 2 cores,
-one run after the other: the only suite not in one process). Protocol: warmup 10, then 3
-repeats of 100 interleaved calls; median per repeat, median of repeats. Prints a table and
-writes JSON (schema checked before writing).
+Suites: core (env_core: fused kernel vs NumPy runtime on the tracking-shaped synthetic task of
+env_core's tests, tuning rebuilds, disk-cache start-up, thread scaling), backends (body copy,
+physics threads and overhead, MuJoCo Warp, step time vs N), walk and tracking (the G1 tasks:
+full step, non-physics share, fused vs NumPy score and observe), training (PPO collector vs the
+env alone), fastsac (asynchronous pipeline efficiency) and distributed (PPO as 2 torchrun ranks
+x 1 core vs 1 rank x 2 cores, one run after the other: the only suite not in one process).
+Protocol: warmup 10, then 3 repeats of 100 interleaved calls; median per repeat, median of
+repeats. Prints a table and writes JSON (schema checked before writing).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -35,19 +36,32 @@ from bench_tracking import bench_tracking, tracking_rows
 from bench_training import bench_training, training_rows
 from bench_walk import bench_walk, walk_rows
 
-from fuselab_env_core import testing as synthetic
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
 
 log = logging.getLogger("bench")
 
 SCHEMA_VERSION = 1
+SYNTHETIC_TASK = Path(__file__).parents[1] / "packages/env_core/tests/env_core_synthetic_task.py"
+
+
+def _load_synthetic_task():
+    """env_core's test helper: a task shaped like G1 motion tracking on random state (its terms
+    register on import, once)."""
+    name = SYNTHETIC_TASK.stem
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, SYNTHETIC_TASK)
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 # -- core ---------------------------------------------------------------------------------------
 
 
 def bench_core(args) -> dict:
+    synthetic = _load_synthetic_task()
     n, warmup, measure, repeats = args.num_envs, args.warmup, args.measure, args.repeats
     rng = np.random.default_rng(0)
     state = synthetic.random_state(n, rng)
@@ -87,19 +101,6 @@ def bench_core(args) -> dict:
         "goal_ms": 5.0,
     }
 
-    slots = FusedTerms.build(synthetic.many_floats_terms(), state, dt=0.02)
-    baked = FusedTerms.build(
-        synthetic.many_floats_terms(), state, dt=0.02, float_params="constants"
-    )
-    ms = time_side_by_side({"slots": slots, "baked": baked}, warmup, measure, repeats)
-    slots_ms, baked_ms = ms["slots"], ms["baked"]
-    results["runtime_slots_price"] = {
-        "float_params": len(slots.plan.slot_names) - 1 - len(slots.plan.rewards),
-        "slots_ms": slots_ms,
-        "constants_ms": baked_ms,
-        "overhead_pct": (slots_ms / baked_ms - 1.0) * 100.0,
-        "reference_pct": 10.0,
-    }
     results["term_groups"] = _term_groups(state, warmup, measure, repeats)
     results["startup"] = _startup_cold_vs_warm()
     return results
@@ -107,7 +108,7 @@ def bench_core(args) -> dict:
 
 def _term_groups(state: dict, warmup: int, measure: int, repeats: int) -> dict:
     """Fused vs NumPy for each term group of the tracking-shaped plan (each with the preamble)."""
-    full = synthetic.task_terms()
+    full = _load_synthetic_task().task_terms()
     groups = {
         "preamble": {"preamble": full["preamble"]},
         "rewards": {"preamble": full["preamble"], "rewards": full["rewards"]},
@@ -152,6 +153,7 @@ def _build_in_fresh_process(cache_dir: str) -> dict:
 
 
 def _build_once() -> None:
+    synthetic = _load_synthetic_task()
     state = synthetic.random_state(1024, np.random.default_rng(0))
     started = time.perf_counter()
     fused = FusedTerms.build(synthetic.task_terms(), state, dt=0.02)
@@ -161,13 +163,7 @@ def _build_once() -> None:
 
 
 def core_rows(r: dict) -> list[tuple[str, str, str]]:
-    f, t, tune, s, st = (
-        r["fused_vs_numpy"],
-        r["thread_scaling"],
-        r["tuning_rebuild"],
-        r["runtime_slots_price"],
-        r["startup"],
-    )
+    f, t, tune, st = r["fused_vs_numpy"], r["thread_scaling"], r["tuning_rebuild"], r["startup"]
     return [
         (
             "fused kernel vs NumPy runtime",
@@ -183,11 +179,6 @@ def core_rows(r: dict) -> list[tuple[str, str, str]]:
             "tuning variant build",
             f"{tune['build_ms']:.2f} ms, {tune['compiles']} compiles",
             f"{tune['cache']} (goal 0 compiles, < 5 ms)",
-        ),
-        (
-            f"runtime slots ({s['float_params']} floats) vs constants",
-            f"{s['slots_ms']:.3f} vs {s['constants_ms']:.3f} ms",
-            f"{s['overhead_pct']:+.1f}% (reference +10%)",
         ),
         (
             "fresh-process build, cold cache",

@@ -41,6 +41,7 @@ from pathlib import Path
 log = logging.getLogger("check_packaging")
 
 ROOT = Path(__file__).resolve().parents[1]
+WALKER_XML = ROOT / "packages/sim_backends/tests/walker.xml"  # a small model every backend steps
 SIMULATORS = ("mujoco", "mujoco-warp", "warp-lang", "motrixsim")
 HEAVY = ("torch", "hydra-core", "omegaconf")
 
@@ -62,7 +63,6 @@ DISTRIBUTIONS = (
         "env_core",
         "fuselab_env_core",
         requires=("fuselab-env-core",),
-        data=("fuselab_env_core/testing.py",),
         forbidden=SIMULATORS + HEAVY,
     ),
     Distribution(
@@ -70,7 +70,6 @@ DISTRIBUTIONS = (
         "sim_backends",
         "fuselab_sim_backends",
         requires=("fuselab-env-core", "fuselab-sim-backends"),
-        data=("fuselab_sim_backends/walker.py",),
         forbidden=("mujoco-warp", "warp-lang", "motrixsim", *HEAVY),
         extras="mjwarp,motrix",
     ),
@@ -406,17 +405,49 @@ def run_smoke(name: str, expected_version: str | None, extras: bool) -> int:
 
 
 def smoke_env_core() -> str:
-    """A tiny plan of shipped terms, fused and compiled in the venv, against the NumPy oracle."""
+    """A tiny plan of three terms, fused and compiled in the venv, against the NumPy oracle."""
     import numpy as np
 
     from fuselab_env_core import FusedTerms, NumpyTerms
-    from fuselab_env_core import testing as synthetic
+    from fuselab_env_core.terms import observation, reward, termination
 
-    state = synthetic.random_state(16, np.random.default_rng(0))
+    @reward(name="smoke_speed_l2")
+    def speed_l2(i, joint_vel):
+        total = 0.0
+        for j in range(joint_vel.shape[1]):
+            total += joint_vel[i, j] * joint_vel[i, j]
+        return total
+
+    @speed_l2.numpy
+    def _(joint_vel):
+        return np.sum(joint_vel**2, axis=-1)
+
+    @termination(name="smoke_time_out")
+    def time_out(i, episode_step, max_steps: int = 10):
+        return episode_step[i] >= max_steps
+
+    @time_out.numpy
+    def _(episode_step, max_steps):
+        return episode_step >= max_steps
+
+    @observation(size=lambda shapes, params: shapes["joint_vel"][0], name="smoke_joint_vel")
+    def joint_vel_obs(i, out, col, joint_vel):
+        for j in range(joint_vel.shape[1]):
+            out[i, col + j] = joint_vel[i, j]
+
+    @joint_vel_obs.numpy
+    def _(joint_vel):
+        return joint_vel
+
+    rng = np.random.default_rng(0)
+    state = {
+        "joint_vel": rng.normal(size=(16, 4)).astype(np.float32),
+        "episode_step": rng.integers(0, 20, 16).astype(np.int32),
+    }
     cfg = {
-        "rewards": {"action_rate": {"term": "synthetic_action_rate_l2", "weight": -0.1}},
-        "terminations": {"time_out": {"term": "synthetic_time_out", "time_out": True}},
-        "observations": {"policy": {"terms": {"joint_vel": {"term": "synthetic_joint_vel"}}}},
+        "rewards": {"speed": {"term": "smoke_speed_l2", "weight": -0.1}},
+        "terminations": {"time_out": {"term": "smoke_time_out", "time_out": True}},
+        "observations": {"policy": {"terms": {"joint_vel": {"term": "smoke_joint_vel"}}}},
     }
     fused = FusedTerms.build(cfg, state, dt=0.02)
     oracle = NumpyTerms(fused.plan, state)
@@ -433,9 +464,7 @@ def smoke_env_core() -> str:
 def _step_walker(backend_class: Callable) -> str:
     import numpy as np
 
-    from fuselab_sim_backends.walker import WALKER_XML
-
-    sim = backend_class(WALKER_XML, 2)
+    sim = backend_class(WALKER_XML.read_text(), 2)
     nq, nv, nu = sim.model.nq, sim.model.nv, sim.model.nu
     qpos, qvel = np.zeros((2, nq), np.float32), np.zeros((2, nv), np.float32)
     sim.set_controls(np.zeros((2, nu), np.float32))

@@ -3,12 +3,12 @@
 import logging
 import re
 
+import env_core_synthetic_task as synthetic
 import numba
 import numpy as np
 import pytest
 from env_core_test_terms import random_state, terms_cfg
 
-from fuselab_env_core import testing as synthetic
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.plan import Input, PlanError
 from fuselab_env_core.plan_key import plan_key

@@ -1,6 +1,8 @@
 """Small MJCF models for the backend contract tests: cheap to step on every backend."""
 
-from fuselab_sim_backends.walker import WALKER_XML  # noqa: F401 - used by the tests
+from pathlib import Path
+
+WALKER_XML = (Path(__file__).parent / "walker.xml").read_text()  # MJCF text, as backends take it
 
 
 def random_states(model, num_envs, rng):

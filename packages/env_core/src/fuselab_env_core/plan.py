@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -221,7 +221,6 @@ def resolve_plan(
     cfg: TaskTermsCfg | Mapping[str, Any],
     state: Mapping[str, BufferSpec],
     dt: float,
-    float_params: Literal["slots", "constants"] = "slots",
     *,
     arrays: Mapping[str, np.ndarray] | None = None,
     names: Mapping[str, Sequence[str]] | None = None,
@@ -231,15 +230,10 @@ def resolve_plan(
     ``arrays``: the env's task arrays (unbatched), read by terms by name. ``names``: the name
     tables body parameters resolve against (``body_names``, ``contact_body_names``: the
     entity's bodies in the order of its buffers' rows).
-
-    ``float_params="constants"`` bakes float parameters into the kernel (every value change
-    recompiles); it exists to measure what runtime slots cost, not for training.
     """
     if not isinstance(cfg, TaskTermsCfg):
         cfg = TaskTermsCfg.from_dict(cfg)
-    if float_params not in ("slots", "constants"):
-        raise PlanError(f"float_params: expected 'slots' or 'constants', got {float_params!r}")
-    resolver = _Resolver(dict(state), dt, float_params == "constants", arrays or {}, names or {})
+    resolver = _Resolver(dict(state), dt, arrays or {}, names or {})
     return resolver.run(cfg)
 
 
@@ -248,11 +242,9 @@ class _Resolver:
         self,
         state: dict[str, BufferSpec],
         dt: float,
-        bake_floats: bool = False,
         arrays: Mapping[str, np.ndarray] | None = None,
         names: Mapping[str, Sequence[str]] | None = None,
     ):
-        self.bake_floats = bake_floats
         for name, spec in state.items():
             if not isinstance(spec, BufferSpec):
                 raise PlanError(f"state buffer {name!r}: expected a BufferSpec, got {spec!r}")
@@ -418,9 +410,6 @@ class _Resolver:
             return Const(self._body_rows(field_name, param.type, value))
         if param.type is float:
             value = _in_range(field_name, _float(field_name, value), param.range)
-        if param.type is float and self.bake_floats:
-            return Const(value)
-        if param.type is float:
             slot = self._new_slot(f"{where}.{param.name}", value)
             if param.range is not None:
                 self.plan.slot_ranges[slot] = param.range

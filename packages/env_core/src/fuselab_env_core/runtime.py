@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import numba
 import numpy as np
@@ -92,7 +92,6 @@ class FusedTerms:
         state: Mapping[str, np.ndarray],
         dt: float,
         num_threads: int | None = None,
-        float_params: Literal["slots", "constants"] = "slots",
         *,
         arrays: Mapping[str, np.ndarray] | None = None,
         names: Mapping[str, Any] | None = None,
@@ -103,7 +102,7 @@ class FusedTerms:
         tables (``body_names``, ``contact_body_names``) body parameters resolve against."""
         timings: dict[str, float] = {}
         started = time.perf_counter()
-        plan = resolve_plan(cfg, state_specs(state), dt, float_params, arrays=arrays, names=names)
+        plan = resolve_plan(cfg, state_specs(state), dt, arrays=arrays, names=names)
         timings["resolve"] = _ms_since(started)
         log.info(
             "resolve plan: %.1f ms (%d terms, %d runtime scalars)",

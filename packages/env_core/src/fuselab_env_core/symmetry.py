@@ -16,6 +16,7 @@ augmentation).
   -1, 1));
 * ``contact_pairs``: one value per body of the term's ``foot_contacts``, left and right
   swapped;
+* ``left_right_halves``: the left side's values, then the right side's, the halves swapped;
 * ``invariant``: unchanged.
 """
 
@@ -35,6 +36,7 @@ MIRRORS = (
     "joints",
     "rotation_columns",
     "contact_pairs",
+    "left_right_halves",
     "invariant",
 )
 Mirror = tuple[np.ndarray, np.ndarray]  # (permutation, sign) of columns
@@ -98,6 +100,7 @@ def _term_mirror(call: TermCall, joints: Mirror, names: Mapping[str, Sequence[st
         "invariant": lambda: (np.arange(size), np.ones(size)),
         "joints": lambda: _blocks(joints, size, call.label),
         "contact_pairs": lambda: _contact_pairs(call, names),
+        "left_right_halves": lambda: _halves(size, call.label),
     }
     perm, sign = rules[rule]()
     if len(perm) != size:
@@ -115,6 +118,13 @@ def _blocks(joints: Mirror, size: int, label: str) -> Mirror:
         np.concatenate([b * count + perm for b in range(blocks)]),
         np.tile(sign, blocks),
     )
+
+
+def _halves(size: int, label: str) -> Mirror:
+    if size % 2:
+        raise ValueError(f"{label}: {size} values do not split into a left and a right half")
+    half = size // 2
+    return np.concatenate([np.arange(half, size), np.arange(half)]), np.ones(size)
 
 
 def _contact_pairs(call: TermCall, names: Mapping[str, Sequence[str]]) -> Mirror:

@@ -1,7 +1,5 @@
-"""Testing aid: a synthetic task shaped like G1 motion tracking, for tests and benchmarks.
-
-Nothing in fuselab imports this module (import it in a test or a benchmark only: it registers
-``synthetic_*`` term names); it ships so that a downstream project can test against it too.
+"""A synthetic task shaped like G1 motion tracking, for env_core's tests and tools/bench.py's
+core suite (a test helper: it registers ``synthetic_*`` term names on import).
 
 14 tracked bodies, 29 joints, a yaw-aligned anchor preamble, 8 rewards, 3 terminations, a
 noisy actor group and a clean critic group. The terms follow BeyondMimic's definitions so
@@ -623,35 +621,4 @@ def task_terms(**floats: float) -> dict:
                 },
             },
         },
-    }
-
-
-# -- a plan of many float parameters (the price of runtime slots) -------------------------------
-
-
-@reward(name="synthetic_joint_polynomial")
-def joint_polynomial(i, joint_pos, a: float = 0.1, b: float = 0.2, c: float = 0.3, d: float = 0.4):
-    total = 0.0
-    for j in range(joint_pos.shape[1]):
-        q = joint_pos[i, j]
-        total += ((a * q + b) * q + c) * q + d
-    return total
-
-
-@joint_polynomial.numpy
-def _(joint_pos, a, b, c, d):
-    return np.sum(((a * joint_pos + b) * joint_pos + c) * joint_pos + d, axis=-1)
-
-
-def many_floats_terms(num_terms: int = 8) -> dict:
-    """``num_terms`` rewards of 4 float parameters each (32 by default), distinct values."""
-    return {
-        "rewards": {
-            f"poly{k}": {
-                "term": "synthetic_joint_polynomial",
-                "weight": 1.0,
-                "params": {"a": 0.1 + k, "b": 0.2 * k, "c": 0.3 - k, "d": 0.01 * k},
-            }
-            for k in range(num_terms)
-        }
     }
