@@ -55,7 +55,7 @@ class CollectorCfg(Section):
 
 
 @dataclass
-class FastSACConfig(Section):
+class FastSACCfg(Section):
     """``algo`` of the composed config (configs/algo/fastsac.yaml)."""
 
     KEY = "algo"
@@ -90,16 +90,14 @@ class FastSACConfig(Section):
     collector: CollectorCfg
 
     @classmethod
-    def from_cfg(cls, algo: DictConfig) -> FastSACConfig:
+    def from_config(cls, algo: DictConfig) -> FastSACCfg:
         raw: dict[str, Any] = OmegaConf.to_container(algo, resolve=True)  # type: ignore[assignment]
         if unsized := auto_keys(raw):
             raise ValueError(
                 f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
                 f"starts (choose_learner_sizes); here expected a value"
             )
-        # what older checkpoints' configs hold besides: a per_task table, min_updates_per_step
-        own = {k: v for k, v in raw.items() if k not in ("name", "per_task", *TABLES)}
-        own.get("collector", {}).pop("min_updates_per_step", None)
+        own = {k: v for k, v in raw.items() if k not in ("name", *TABLES)}
         if missing := sorted({f.name for f in fields(cls)} - {"collector"} - own.keys()):
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")
         own["collector"] = ranges.build_section(CollectorCfg, own.get("collector", {}))
@@ -113,7 +111,7 @@ class FastSACConfig(Section):
                 raise ValueError(f"algo.{low}, algo.{high}: expected {low} < {high}, got {got}")
 
 
-def build_policy(cfg: FastSACConfig, obs_dim: int, action_dim: int) -> ActorPolicy:
+def build_policy(cfg: FastSACCfg, obs_dim: int, action_dim: int) -> ActorPolicy:
     """The acting policy (the collector process builds its own with this)."""
     std_range = (cfg.log_std_min, cfg.log_std_max)
     dims, normalize = cfg.actor_hidden_dims, cfg.obs_normalization
@@ -123,7 +121,7 @@ def build_policy(cfg: FastSACConfig, obs_dim: int, action_dim: int) -> ActorPoli
 class FastSAC:
     """Networks, optimizers, replay, the losses and the update; knows nothing about processes."""
 
-    def __init__(self, cfg: FastSACConfig, spec: EnvSpec, device: torch.device):
+    def __init__(self, cfg: FastSACCfg, spec: EnvSpec, device: torch.device):
         started = time.perf_counter()
         self.cfg, self.spec, self.device = cfg, spec, device
         critic_dim, action_dim = spec.obs_dims["critic"], spec.action_dim
@@ -300,7 +298,7 @@ class FastSACTrainer:
         self.device = torch.device(device)
         chosen = choose_learner_sizes(cfg, self.device)
         log.info("FastSAC sizes, %s", describe_sizes(cfg, chosen, self.device))
-        self.cfg = algo = FastSACConfig.from_cfg(cfg.algo)
+        self.cfg = algo = FastSACCfg.from_config(cfg.algo)
         self.updates_per_iteration = max(1, round(algo.steps_per_iteration * algo.updates_per_step))
         torch.manual_seed(int(cfg.seed))
         self.collector = self._make_collector(cfg, threads)
@@ -395,7 +393,7 @@ class FastSACTrainer:
         """:meth:`export_policy` from a checkpoint's ``algo`` config and ``trainer`` state."""
         _check_state(state)
         weights = state["learner"]["policy"]
-        policy = build_policy(FastSACConfig.from_cfg(algo), *ActorPolicy.saved_dims(weights))
+        policy = build_policy(FastSACCfg.from_config(algo), *ActorPolicy.saved_dims(weights))
         policy.load_state_dict(weights)
         return policy.eval().requires_grad_(False)
 

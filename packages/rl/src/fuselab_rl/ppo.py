@@ -562,7 +562,7 @@ class PPOTrainer:
             self.ppo.learning_rate = float(state["learning_rate"])
         for group in self.ppo.optimizer.param_groups:
             group["lr"] = self.ppo.learning_rate
-        self.ppo.updates = int(state.get("updates", 0))  # checkpoints before the decay: 0
+        self.ppo.updates = int(state["updates"])
         self.generator.set_state(state["generator"])
         if self.noise_generator is not self.generator and "noise_generator" in state:
             self.noise_generator.set_state(state["noise_generator"])
