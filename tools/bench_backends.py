@@ -46,8 +46,7 @@ def _sweep(args) -> dict:
             _stand(sim)
             ms = time_side_by_side({"step": _stepper(sim)}, 1, 3, repeats=1)
             results[f"{backend}_{n}"] = {"backend": backend, "num_envs": n, "step_ms": ms["step"]}
-            if hasattr(sim, "close"):
-                sim.close()
+            sim.close()
     return results
 
 

@@ -27,8 +27,7 @@ def make(backend, num_envs):
 
 
 def close(sim):
-    if hasattr(sim, "close"):
-        sim.close()
+    sim.close()
 
 
 def tumbling_states(model, num_envs, seed=0):

@@ -41,8 +41,7 @@ def name_of(cls):
 
 
 def close(sim):
-    if hasattr(sim, "close"):  # MuJoCo's thread pool
-        sim.close()
+    sim.close()
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ from fuselab_env_core.codegen import (
 )
 from fuselab_env_core.plan import Plan
 from fuselab_env_core.plan_key import plan_key
+from fuselab_env_core.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
     timings = {} if timings is None else timings
     started = time.perf_counter()
     key = plan_key(plan)
-    timings["key"] = _ms_since(started)
+    timings["key"] = elapsed_ms(started)
     directory = cache_root() / "kernels" / key
     source_path = directory / f"fused_{key}.py"
 
@@ -98,12 +99,12 @@ def compile_plan(plan: Plan, timings: dict[str, float] | None = None):
 
     started = time.perf_counter()
     source = generate_kernel_source(plan, key)
-    timings["generate"] = _ms_since(started)
+    timings["generate"] = elapsed_ms(started)
     log.info("generate: %.1f ms (%d lines)", timings["generate"], source.count("\n"))
 
     started = time.perf_counter()
     kernels, cache = _classify(source_path, source)
-    timings["classify"] = _ms_since(started)
+    timings["classify"] = elapsed_ms(started)
     if cache == "disk":
         log.info("plan %s: disk cache (%s), classify %.1f ms", key, directory, timings["classify"])
     else:
@@ -165,7 +166,7 @@ def _compile_or_load(
         _compile(plan, kernels)
     compiled = any(sum(k.stats.cache_misses.values()) > 0 for k in kernels)
     step = "compile" if compiled else step
-    timings[step] = _ms_since(started)
+    timings[step] = elapsed_ms(started)
     log.info("%s: %.1f ms", step, timings[step])
     return kernels, compiled
 
@@ -212,7 +213,3 @@ def _write_atomically(path: Path, text: str) -> None:
             os.link(tmp, path)  # atomic create-if-absent
     finally:
         os.unlink(tmp)
-
-
-def _ms_since(started: float) -> float:
-    return (time.perf_counter() - started) * 1e3

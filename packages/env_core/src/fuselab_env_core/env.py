@@ -44,6 +44,7 @@ from fuselab_env_core.ranges import PositiveFloat, PositiveInt, Section, check_v
 from fuselab_env_core.runtime import FusedTerms
 from fuselab_env_core.symmetry import Mirror, group_mirror
 from fuselab_env_core.terms import termination
+from fuselab_env_core.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +186,7 @@ class FusedEnv:
             self.step_dt,
             decimation,
             self.max_episode_steps[0],
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from fuselab_env_core.config import TaskTermsCfg
 from fuselab_env_core.history import ObservationMemory
 from fuselab_env_core.noise import stream_key
 from fuselab_env_core.plan import BufferSpec, Plan, PlanError, resolve_plan
+from fuselab_env_core.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class FusedTerms:
         timings: dict[str, float] = {}
         started = time.perf_counter()
         plan = resolve_plan(cfg, state_specs(state), dt, arrays=arrays, names=names)
-        timings["resolve"] = _ms_since(started)
+        timings["resolve"] = elapsed_ms(started)
         log.info(
             "resolve plan: %.1f ms (%d terms, %d runtime scalars)",
             timings["resolve"],
@@ -113,11 +114,11 @@ class FusedTerms:
         kernels, report = compile_plan(plan, timings)
         started = time.perf_counter()
         fused = cls(plan, kernels, report, state, num_threads)
-        timings["bind"] = _ms_since(started)
+        timings["bind"] = elapsed_ms(started)
         if report.cache != "in-process":  # first run in this process: thread pool start-up
             started = time.perf_counter()
             fused.observe()  # advances nothing: no timer a preamble term keeps
-            timings["warm up"] = _ms_since(started)
+            timings["warm up"] = elapsed_ms(started)
         log.info(
             "bind: %.1f ms, warm up: %.1f ms (%d envs, %d Numba threads); build %s in %.1f ms",
             timings["bind"],
@@ -286,7 +287,3 @@ def _thread_budget(num_threads: int | None) -> int:
             f"num_threads: expected 1..{available} (NUMBA_NUM_THREADS), got {num_threads}"
         )
     return num_threads
-
-
-def _ms_since(started: float) -> float:
-    return (time.perf_counter() - started) * 1e3

@@ -33,6 +33,7 @@ from fuselab_env_core.events import EventManager
 from fuselab_env_core.ranges import build_section
 from fuselab_env_core.registry import Signature, joint_values
 from fuselab_env_core.terms import did_you_mean, get_term
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.robots import Robot, joint_task_arrays, robot
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def make(task: str, overrides: Sequence[str] = (), **values: Any):
     started = time.perf_counter()
     cfg = compose(task, [*overrides, *(f"{key}={_hydra_value(v)}" for key, v in values.items())])
     env = make_env(cfg)
-    log.info("make %s on %s: %.1f ms", task, cfg.backend, (time.perf_counter() - started) * 1e3)
+    log.info("make %s on %s: %.1f ms", task, cfg.backend, elapsed_ms(started))
     return env
 
 

@@ -36,6 +36,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from fuselab_env_core.timing import elapsed_ms
+
 log = logging.getLogger(__name__)
 
 METADATA_KEY = "fuselab_deploy"
@@ -250,7 +252,7 @@ def metadata_of_config(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, np.nd
         clip = None if motion is None else dict(motion.arrays)
     finally:
         env.close()
-    log.info("deploy metadata: %.1f ms", (time.perf_counter() - started) * 1e3)
+    log.info("deploy metadata: %.1f ms", elapsed_ms(started))
     return doc, clip
 
 

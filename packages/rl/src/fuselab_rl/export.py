@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl.checkpoint import write_atomic_with
 from fuselab_rl.deploy import REFERENCE_OUTPUTS, TIME_STEP_INPUT, TrackingPolicy, write_metadata
 
@@ -82,7 +83,7 @@ def export_onnx(
     finally:
         for name, logger in quiet.items():
             logger.setLevel(levels[name])
-    log.info("export %s: %.1f ms", path.name, (time.perf_counter() - started) * 1e3)
+    log.info("export %s: %.1f ms", path.name, elapsed_ms(started))
     return path
 
 

@@ -30,8 +30,9 @@ from torch.optim import Adam, AdamW
 
 from fuselab_env_core import ranges
 from fuselab_env_core.ranges import LayerSizes, PositiveFloat, PositiveInt, Range, Section
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl import distributed
-from fuselab_rl.fastsac_collector import AsyncCollector, Collector, EnvSpec, elapsed_ms
+from fuselab_rl.fastsac_collector import AsyncCollector, Collector, EnvSpec
 from fuselab_rl.fastsac_networks import ActorPolicy, TwinDistributionalCritic, project_distribution
 from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import EmpiricalNormalization

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.stopping import STOP_SIGNALS, PartnerFailed
 from fuselab_rl.transport import Links, SharedWeights, SlotRing, remove_orphaned_segments
@@ -342,10 +343,6 @@ class AsyncCollector(Collector):
             self.release()
             pid, code = self.process.pid, self.process.exitcode
             log.info("collector process %d stopped (exit code %s)", pid, code)
-
-
-def elapsed_ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1e3
 
 
 def _release(process: Any, conn: Any, segments: list, logs: QueueListener) -> None:

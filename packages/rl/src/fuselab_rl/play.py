@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.runner import algorithm
 
@@ -73,7 +74,7 @@ def load_policy(checkpoint: dict[str, Any], field: str = "checkpoint") -> torch.
         path,
         name,
         checkpoint["iteration"],
-        (time.perf_counter() - started) * 1e3,
+        elapsed_ms(started),
     )
     return policy.eval()
 

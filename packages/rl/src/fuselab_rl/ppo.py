@@ -38,6 +38,7 @@ from fuselab_env_core.ranges import (
     build_section,
     check_value,
 )
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl import distributed
 from fuselab_rl.episode_stats import EpisodeStats
 from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
@@ -452,7 +453,7 @@ class PPOTrainer:
             actor_dim,
             critic_dim,
             self.action_dim,
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
         try:
             self._build_learner(obs, network)
@@ -506,7 +507,7 @@ class PPOTrainer:
             device,
             self.algo.num_steps_per_env,
             self.num_envs,
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
 
     # -- the Trainer contract --------------------------------------------------------------------
@@ -605,7 +606,7 @@ class PPOTrainer:
             "PPO normalizers seeded: one rollout of %d steps x %d envs (%.1f ms)",
             self.algo.num_steps_per_env,
             self.num_envs,
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
 
     @torch.no_grad()

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fuselab_env_core.timing import elapsed_ms, timed
 from fuselab_envs.registry import BACKENDS, check_sections
 from fuselab_rl import distributed
 from fuselab_rl.checkpoint import (
@@ -251,7 +252,7 @@ class TrainingHandle:
         self.saved_iteration, self.last_checkpoint = self.iteration, path
         if self._writer is not None:
             self._writer.flush()
-        log.info("save %s: %.1f ms", path, (time.perf_counter() - started) * 1e3)
+        log.info("save %s: %.1f ms", path, elapsed_ms(started))
         if self.cfg.export_onnx:
             self.export()
         return path
@@ -365,7 +366,7 @@ def create_training_handle(
         cfg.algo.name,
         cfg.num_envs,
         cfg.backend,
-        _ms(started),
+        elapsed_ms(started),
     )
     checkpoint = checkpoint or _load_resume(cfg)
     if checkpoint is not None:
@@ -374,14 +375,14 @@ def create_training_handle(
 
     stage = time.perf_counter()
     device = resolve_device(cfg.device, ranks)
-    log.info("device: %s (%.1f ms)", device, _ms(stage))
+    log.info("device: %s (%.1f ms)", device, elapsed_ms(stage))
     distributed.join(ranks, device)
     try:
         handle = _build(cfg, ranks, device, factory, checkpoint)
     except BaseException:
         distributed.leave()
         raise
-    log.info("start-up: %.1f ms", _ms(started))
+    log.info("start-up: %.1f ms", elapsed_ms(started))
     return handle
 
 
@@ -398,9 +399,8 @@ def _build(
     run_dir = Path(distributed.broadcast_object(str(_run_dir(cfg, checkpoint))))
     cfg.run_dir = str(run_dir)  # rank 0's (its time stamp)
     cfg.seed = cfg.seed + ranks.rank  # each rank its own episodes; rank 0's seed is saved
-    stage = time.perf_counter()
-    trainer = factory(cfg, device, threads, run_dir)
-    log.info("trainer %s ready: %.1f ms", cfg.algo.name, _ms(stage))
+    with timed(log, "trainer %s ready", cfg.algo.name):
+        trainer = factory(cfg, device, threads, run_dir)
     if ranks.is_main:
         # Only now, with every value checked by the env and the algorithm: a config that fails
         # leaves no run directory behind.
@@ -425,10 +425,8 @@ def _load_resume(cfg: DictConfig) -> dict[str, Any] | None:
     """The checkpoint ``resume`` names (None without one)."""
     if not cfg.resume:
         return None
-    started = time.perf_counter()
-    checkpoint = load_checkpoint(cfg.resume)
-    log.info("checkpoint %s loaded: %.1f ms", checkpoint["path"], _ms(started))
-    return checkpoint
+    with timed(log, "checkpoint %s loaded", cfg.resume):
+        return load_checkpoint(cfg.resume)
 
 
 def _check_resume(cfg: DictConfig, checkpoint: Mapping[str, Any]) -> None:
@@ -477,7 +475,7 @@ def _restore(handle: TrainingHandle, checkpoint: Mapping[str, Any]) -> None:
         "resumed at iteration %d (%d env steps): %.1f ms",
         handle.iteration,
         handle.env_steps,
-        _ms(started),
+        elapsed_ms(started),
     )
 
 
@@ -534,7 +532,3 @@ def _input_dim(policy: torch.nn.Module) -> int:
         return obs_dim
     first = next(m for m in policy.modules() if isinstance(m, torch.nn.Linear))
     return first.in_features
-
-
-def _ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1e3

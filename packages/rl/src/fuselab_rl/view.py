@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
+from fuselab_env_core.timing import elapsed_ms
+
 if TYPE_CHECKING:
     from fuselab_env_core.commands import Command
     from fuselab_envs.commands.motion import MotionCommand
@@ -175,7 +177,7 @@ class Viewer:
             source.cfg.task_name,
             host,
             self.server.get_port(),
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
 
     # -- the loop -----------------------------------------------------------------------------

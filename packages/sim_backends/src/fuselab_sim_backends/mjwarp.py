@@ -60,6 +60,7 @@ from fuselab_env_core.backend import (
     check_positive_int,
     check_reset,
 )
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
@@ -142,10 +143,6 @@ _SET_CONST_OUTPUTS = (
 )
 
 
-def _ms_since(start: float) -> float:
-    return (time.perf_counter() - start) * 1e3
-
-
 def _resolve_device(device: str | None) -> wp.Device:
     if device is None:
         return wp.get_device("cuda" if wp.is_cuda_available() else "cpu")
@@ -187,7 +184,7 @@ class MjWarpBackend(SimBackend):
         self.model = model_facts(mjm)
         logger.info(
             "mjwarp: compile MuJoCo model %.1f ms (nq=%d nv=%d nu=%d nbody=%d)",
-            _ms_since(start),
+            elapsed_ms(start),
             mjm.nq,
             mjm.nv,
             mjm.nu,
@@ -204,14 +201,14 @@ class MjWarpBackend(SimBackend):
                 raise NotImplementedError(
                     f"mjcf: MuJoCo Warp cannot simulate this model: {error}"
                 ) from error
-            logger.info("mjwarp: put_model on %s %.1f ms", self.device, _ms_since(start))
+            logger.info("mjwarp: put_model on %s %.1f ms", self.device, elapsed_ms(start))
 
             start = time.perf_counter()
             self._d = mjw.make_data(mjm, nworld=self.num_envs)
             logger.info(
                 "mjwarp: make_data nworld=%d %.1f ms (naconmax=%d njmax=%d)",
                 self.num_envs,
-                _ms_since(start),
+                elapsed_ms(start),
                 self._d.naconmax,
                 self._d.njmax,
             )
@@ -222,7 +219,7 @@ class MjWarpBackend(SimBackend):
             start = time.perf_counter()
             mjw.forward(self._m, self._d)
             wp.synchronize_device(wp_device)
-            logger.info("mjwarp: first compile (forward) %.1f ms", _ms_since(start))
+            logger.info("mjwarp: first compile (forward) %.1f ms", elapsed_ms(start))
         self._wp_device = wp_device
         self._is_cuda = wp_device.is_cuda
         self._first_step_logged = False
@@ -360,7 +357,7 @@ class MjWarpBackend(SimBackend):
             logger.info(
                 "mjwarp: first step (%d substeps: integrator compile, graph recording) %.1f ms",
                 substeps,
-                _ms_since(start),
+                elapsed_ms(start),
             )
         self._kinematics_stale = True
         self._body_host_stale = True

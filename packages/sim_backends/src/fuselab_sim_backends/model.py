@@ -10,6 +10,7 @@ import mujoco
 import numpy as np
 
 from fuselab_env_core.backend import ModelFacts
+from fuselab_env_core.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ def load_spec(mjcf: str | Path) -> mujoco.MjSpec:
     except ValueError as error:
         where = "the MJCF string" if is_xml else repr(str(path))
         raise ValueError(f"mjcf: MuJoCo could not parse {where}: {error}") from None
-    log.info("load MJCF: %.1f ms", (time.perf_counter() - started) * 1e3)
+    log.info("load MJCF: %.1f ms", elapsed_ms(started))
     return spec
 
 

@@ -75,6 +75,7 @@ from fuselab_env_core.backend import (
     check_positive_int,
     check_reset,
 )
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_sim_backends.host_copy import check_body_buffers, check_contact_buffers
 from fuselab_sim_backends.model import load_spec, model_facts
 
@@ -102,7 +103,7 @@ class MotrixBackend(SimBackend):
         self._mx.reports.contact_forces = True  # produced from the next step on
         log.info(
             "MotrixSim load: %.1f ms (%d links, %d dof pos, %d dof vel, %d actuators)",
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
             self._mx.num_links,
             self._mx.num_dof_pos,
             self._mx.num_dof_vel,
@@ -125,7 +126,7 @@ class MotrixBackend(SimBackend):
         self._offset_rows, self._offset_local = _link_velocity_offsets(self._mx, self._link_rows)
         log.info(
             "MotrixSim layout map: %.1f ms (%d link velocities moved to the link origin)",
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
             self._offset_rows.size,
         )
 
@@ -141,7 +142,7 @@ class MotrixBackend(SimBackend):
         )
         log.info(
             "MotrixSim data: %.1f ms (%d envs, physics_dt %.4g s)",
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
             self.num_envs,
             self.model.physics_dt,
         )

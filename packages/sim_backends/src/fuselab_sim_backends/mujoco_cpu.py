@@ -55,6 +55,7 @@ from fuselab_env_core.backend import (
     check_positive_int,
     check_reset,
 )
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_sim_backends.host_copy import (
     check_body_buffers,
     check_contact_buffers,
@@ -122,7 +123,7 @@ class MujocoBackend(SimBackend):
         log.info(
             "compile the model with contact sensors (%d contact bodies): %.1f ms",
             contact_bodies.size,
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
 
         self.num_envs = n = num_envs
@@ -174,7 +175,7 @@ class MujocoBackend(SimBackend):
             m.nv,
             m.nu,
             m.opt.timestep,
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
 
     # -- the contract ----------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fuselab_env_core.timing import elapsed_ms
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MOTION_PATH: Path = Path(__file__).resolve().parent / "data" / "g1_synth.npz"
@@ -505,6 +507,6 @@ def load_motion(
         clip.duration_s,
         len(body_names),
         len(joint_names),
-        (time.perf_counter() - started) * 1e3,
+        elapsed_ms(started),
     )
     return clip

@@ -30,6 +30,7 @@ from tqdm import tqdm
 from fuselab_env_core.rotations import np_quat_apply as quat_rotate
 from fuselab_env_core.rotations import np_quat_conjugate as quat_conjugate
 from fuselab_env_core.rotations import np_quat_mul as quat_mul
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.g1 import G1_XML_PATH
 from fuselab_envs.motion.clip import (
     MIN_FRAMES,
@@ -397,7 +398,7 @@ def convert_npz(
         path,
         clip.num_frames,
         clip.fps,
-        (time.perf_counter() - started) * 1e3,
+        elapsed_ms(started),
     )
     return clip
 

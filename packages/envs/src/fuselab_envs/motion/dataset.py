@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.motion.clip import FRAME_FIELDS, MotionClip, MotionFileError, load_motion
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def load_dataset(
             dataset.table.num_frames,
             dataset.table.num_frames / fps,
             fps,
-            (time.perf_counter() - started) * 1e3,
+            elapsed_ms(started),
         )
     return dataset
 

@@ -15,6 +15,7 @@ import time
 import mujoco
 import numpy as np
 
+from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.g1 import DEFAULT_JOINT_POS
 from fuselab_envs.motion.clip import MIN_FRAMES, MotionClip
 from fuselab_envs.motion.convert import (
@@ -124,6 +125,6 @@ def synth_clip(
         clip.num_frames,
         fps,
         clip.duration_s,
-        (time.perf_counter() - started) * 1e3,
+        elapsed_ms(started),
     )
     return clip
