@@ -198,6 +198,20 @@ def test_the_spatial_smoothness_term_needs_observation_noise(noise_std):
         PPO(policy, PPOCfg(spatial_smoothness_coef=0.5), noise_std)
 
 
+def test_the_kl_guard_stops_an_update_once_the_policy_has_moved_that_far():
+    storage = _random_rollout()
+    storage.advantages.normal_(generator=torch.Generator().manual_seed(2))  # something to learn
+    runs = {}
+    for max_kl in (None, 1e-3, 1e9):
+        policy = _small_policy_acting_in(storage)
+        cfg = PPOCfg(max_kl=max_kl, learning_rate=1e-1, num_learning_epochs=3, num_mini_batches=4)
+        metrics = PPO(policy, cfg).update(storage, torch.Generator().manual_seed(0))
+        runs[max_kl] = metrics
+    assert runs[None]["Policy/mini_batches"] == runs[1e9]["Policy/mini_batches"] == 12
+    assert 1 <= runs[1e-3]["Policy/mini_batches"] < 12  # the first always steps
+    assert runs[1e-3]["Policy/kl"] < runs[None]["Policy/kl"]
+
+
 def test_adaptive_learning_rate_shrinks_on_large_kl_and_grows_on_small():
     ppo = PPO(ActorCritic(2, 2, 1, actor_hidden_dims=[4], critic_hidden_dims=[4]), PPOCfg())
     ppo._adapt_learning_rate(0.1)  # > 2 * desired_kl

@@ -63,6 +63,9 @@ class PPOCfg(Section):
     learning_rate: PositiveFloat = 1e-3
     schedule: Literal["adaptive", "fixed"] = "adaptive"
     desired_kl: PositiveFloat = 0.01
+    # a KL guard: an update stops (its remaining mini-batches and epochs skipped) once a
+    # mini-batch finds the policy this far (KL) from the rollout's; null: every epoch runs
+    max_kl: PositiveFloat | None = None
     gamma: Annotated[float, Range(gt=0.0, le=1.0)] = 0.99
     lam: Fraction = 0.95
     clip_param: PositiveFloat = 0.2
@@ -295,11 +298,14 @@ class PPO:
 
             with torch.no_grad():
                 kl = _gaussian_kl(batch.old_mean, batch.old_std, dist.mean, dist.stddev).mean()
-            if cfg.schedule == "adaptive":  # every rank reads the mean KL: one learning rate
-                started = time.perf_counter()
+            if cfg.schedule == "adaptive" or cfg.max_kl is not None:
+                started = time.perf_counter()  # every rank reads the mean KL: one decision
                 mean_kl = distributed.average(kl.item(), kl.device)
                 allreduce_s += time.perf_counter() - started
-                self._adapt_learning_rate(mean_kl)
+                if cfg.max_kl is not None and mean_kl > cfg.max_kl and batches > 0:
+                    break  # the policy has moved far enough from the rollout's
+                if cfg.schedule == "adaptive":
+                    self._adapt_learning_rate(mean_kl)
             sums["lr"] += self.learning_rate
 
             ratio = torch.exp(log_probs - batch.old_log_probs)
@@ -363,6 +369,7 @@ class PPO:
             **optional_losses,
             "Policy/kl": means["kl"],
             "Policy/clip_fraction": means["clip_fraction"],
+            "Policy/mini_batches": float(batches),
             # The adaptive schedule moves the rate every mini-batch against the KL to the
             # rollout's policy, which grows over the epochs: the last mini-batches cut it (often
             # to its floor) and the next update regrows it. The mean is the step size used.
