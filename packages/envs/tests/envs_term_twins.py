@@ -12,7 +12,7 @@ from fuselab_env_core.rotations import (
     np_quat_mul,
     np_yaw_quat,
 )
-from fuselab_envs.terms import common, contacts, tracking, velocity
+from fuselab_envs.terms import common, contacts, gait, tracking, velocity
 
 
 @common.base_frame.numpy
@@ -110,6 +110,30 @@ def _(force, dt, air_time, last_air_time, first_contact, feet, threshold):
 def _(first_contact, last_air_time, command, threshold_s, min_command):
     moving = np.sum(command[:, :2] ** 2, axis=1) >= min_command * min_command
     return np.sum((last_air_time - threshold_s) * first_contact, axis=1) * moving
+
+
+# -- gait -----------------------------------------------------------------------------------------
+
+
+def gait_foot_height(phase, swing_height):
+    """MuJoCo Playground's cubic swing profile, written out: up over the first half cycle,
+    down over the second."""
+    x = (phase + np.pi) / (2 * np.pi)
+    rise, fall = 2 * x, 2 * x - 1
+    bezier = lambda t: t**3 + 3 * t**2 * (1 - t)  # noqa: E731
+    return np.where(x <= 0.5, swing_height * bezier(rise), swing_height * (1 - bezier(fall)))
+
+
+@gait.feet_gait_height_exp.numpy
+def _(phase, pos, feet, swing_height, rest_height, std):
+    height = pos[:, list(feet), 2] - rest_height
+    error = np.sum((height - gait_foot_height(phase, swing_height)) ** 2, axis=1)
+    return np.exp(-error / std**2)
+
+
+gait.gait_phase_sin_cos.numpy(
+    lambda phase: np.stack([np.sin(phase), np.cos(phase)], axis=-1).reshape(len(phase), 4)
+)
 
 
 # -- motion tracking ------------------------------------------------------------------------------

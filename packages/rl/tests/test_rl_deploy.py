@@ -27,6 +27,8 @@ def robot_state(env, model, data, row, doc):
     inputs = {}
     if "velocity" in env.commands:
         inputs["command"] = env.commands["velocity"].command[row]
+    if "gait" in env.commands:
+        inputs["gait_phase"] = env.commands["gait"].gait_phase[row]
     if "motion" in env.commands:
         motion = env.commands["motion"]
         f = motion.motion_frame[row]
@@ -48,6 +50,7 @@ def robot_state(env, model, data, row, doc):
     [
         ("g1_walk_flat", []),
         ("g1_walk_flat_privileged", ["+observations.actor.history=3"]),
+        ("g1_walk_flat_gait", []),
         ("g1_motion_tracking", []),
         ("g1_motion_tracking_privileged", []),
     ],
@@ -73,6 +76,23 @@ def test_the_robot_side_observations_equal_the_envs(task, extra):
             obs, reset = result.obs["actor"], result.info["reset_envs"]
     finally:
         env.close()
+
+
+def test_the_robot_side_gait_clock_runs_the_documents_rule():
+    cfg = fuselab_envs.compose("g1_walk_flat_gait", CLEAN)
+    env = fuselab_envs.make("g1_walk_flat_gait", CLEAN, num_envs=1)
+    doc = describe_policy(env, cfg)
+    env.close()
+    clock = robot_observations.GaitClock(doc)
+    walk, stand = np.array([0.5, 0.0, 0.0]), np.zeros(3)
+    np.testing.assert_allclose(clock.phase(walk), [0.0, -np.pi])
+    for _ in range(30):
+        clock.advance()
+    left = (30 * 2 * np.pi * doc["control_dt"] / 1.0 + np.pi) % (2 * np.pi) - np.pi
+    np.testing.assert_allclose(clock.phase(walk), [left, left + np.pi], atol=1e-9)  # (left < 0)
+    np.testing.assert_allclose(clock.phase(stand), [np.pi, np.pi])
+    clock.reset()
+    assert clock.phase(walk)[0] == 0.0
 
 
 def test_the_document_holds_what_a_robot_needs():

@@ -22,6 +22,7 @@ import fuselab_envs.commands  # noqa: F401 - registers the command generators ta
 import fuselab_envs.terms.cartpole  # noqa: F401 - registers the terms tasks name
 import fuselab_envs.terms.common  # noqa: F401
 import fuselab_envs.terms.contacts  # noqa: F401
+import fuselab_envs.terms.gait  # noqa: F401
 import fuselab_envs.terms.tracking  # noqa: F401
 import fuselab_envs.terms.velocity  # noqa: F401
 from fuselab_env_core.actions import ACTIONS, CONSTRUCTOR_ARGS, build_action
@@ -47,6 +48,7 @@ TERM_SECTIONS = ("preamble", "rewards", "terminations", "observations")
 TASKS: dict[str, str] = {
     "g1_walk_flat": "the G1 follows velocity commands on flat ground",
     "g1_walk_flat_privileged": "g1_walk_flat, the actor also observing the base's velocity",
+    "g1_walk_flat_gait": "g1_walk_flat with a gait clock the feet follow",
     "g1_motion_tracking": "the G1 imitates a whole-body motion clip",
     "g1_motion_tracking_privileged": "g1_motion_tracking with BeyondMimic's privileged actor",
     "cartpole": "balance a pole on a cart (a small task to check training end to end)",

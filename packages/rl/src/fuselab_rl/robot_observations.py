@@ -29,6 +29,7 @@ class RobotState:
     joint_qvel: np.ndarray
     last_action: np.ndarray
     command: np.ndarray | None = None  # a velocity command (vx, vy, wz)
+    gait_phase: np.ndarray | None = None  # a gait clock's phases (left, right; rad)
     reference: dict[str, np.ndarray] = field(default_factory=dict)  # a tracking policy's
     body_ids: dict[str, int] = field(default_factory=dict)  # tracked body name -> model id
 
@@ -85,6 +86,9 @@ TERMS: dict[str, Callable[[RobotState, dict, dict], np.ndarray]] = {
     "base_lin_vel": lambda s, p, d: quat_rotate_inverse(_root(s)[0], _root(s)[1]),
     "projected_gravity": lambda s, p, d: quat_rotate_inverse(_root(s)[0], np.array([0, 0, -1.0])),
     "velocity_command": lambda s, p, d: np.asarray(s.command, np.float64),
+    "gait_phase_sin_cos": lambda s, p, d: np.stack(
+        [np.sin(s.gait_phase), np.cos(s.gait_phase)], axis=-1
+    ).reshape(-1),
     "joint_pos_rel": lambda s, p, d: (
         s.data.qpos[s.joint_qpos] - np.asarray(d["joints"]["default_pos"])
     ),
@@ -97,6 +101,35 @@ TERMS: dict[str, Callable[[RobotState, dict, dict], np.ndarray]] = {
     "motion_anchor_ori_b": lambda s, p, d: _reference_ori(s, d.get("anchor_body") or "torso_link"),
     "motion_anchor_pos_b": lambda s, p, d: _anchor_pos(s, d.get("anchor_body") or "torso_link"),
 }
+
+
+class GaitClock:
+    """The robot's side of a ``gait_clock`` command (the document's ``rule``): the left foot's
+    phase advances 2 pi control_dt / period_s a step from 0, the right's is half a cycle on, and
+    both read pi while the command asks to stand."""
+
+    def __init__(self, doc: dict[str, Any]):
+        clock = next(c for c in doc["commands"].values() if c.get("kind") == "gait_clock")
+        self.rate = 2.0 * np.pi * doc["control_dt"] / clock["period_s"]
+        self.standing_speed = clock["standing_speed"]
+        self.left = 0.0
+
+    def reset(self) -> None:
+        self.left = 0.0
+
+    def phase(self, command: np.ndarray) -> np.ndarray:
+        """(left, right) at this step, for ``command`` (vx, vy, wz)."""
+        if max(abs(command[0]), abs(command[1]), abs(command[2])) < self.standing_speed:
+            return np.array([np.pi, np.pi])
+        return np.array([self.left, _wrap(self.left + np.pi)])
+
+    def advance(self) -> None:
+        self.left = _wrap(self.left + self.rate)
+
+
+def _wrap(angle: float) -> float:
+    """The angle in [-pi, pi)."""
+    return (angle + np.pi) % (2.0 * np.pi) - np.pi
 
 
 class ObservationBuilder:

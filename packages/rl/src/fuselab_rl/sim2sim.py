@@ -30,7 +30,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from fuselab_rl.deploy import DeployedPolicy, load_deployed
-from fuselab_rl.robot_observations import ObservationBuilder, RobotState, joint_columns
+from fuselab_rl.robot_observations import GaitClock, ObservationBuilder, RobotState, joint_columns
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class Robot:
         self.actuators, self.motors = _actuators_of(model, action_joints)
         self.observe = ObservationBuilder(doc)
         self.last_action = np.zeros(len(action_joints), np.float32)
+        kinds = {c.get("kind") for c in doc["commands"].values()}
+        self.clock = GaitClock(doc) if "gait_clock" in kinds else None
 
     def reset(self, qpos: np.ndarray, qvel: np.ndarray) -> None:
         mujoco.mj_resetData(self.model, self.data)
@@ -64,8 +66,12 @@ class Robot:
         mujoco.mj_forward(self.model, self.data)
         self.observe.reset()
         self.last_action[:] = 0.0
+        if self.clock is not None:
+            self.clock.reset()
 
     def state(self, **inputs: Any) -> RobotState:
+        if self.clock is not None:
+            inputs["gait_phase"] = self.clock.phase(inputs["command"])
         return RobotState(self.data, self.joint_qpos, self.joint_qvel, self.last_action, **inputs)
 
     def act(self, action: np.ndarray) -> None:
@@ -82,6 +88,8 @@ class Robot:
                 self.data.ctrl[self.actuators] = target
             mujoco.mj_step(self.model, self.data)
         mujoco.mj_kinematics(self.model, self.data)  # body poses of the current state
+        if self.clock is not None:
+            self.clock.advance()
 
 
 def sim2sim(
