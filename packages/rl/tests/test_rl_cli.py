@@ -51,13 +51,29 @@ def test_train_end_to_end_writes_checkpoint_onnx_metrics_and_plot(trained_run):
     assert "num_threads: " in (trained_run / "config.yaml").read_text()
 
 
-def test_a_bad_override_is_one_clear_error_without_a_traceback():
+@pytest.mark.parametrize(
+    "script, override, nearest",
+    [
+        ("fuselab-train", "num_env=16", "'num_envs'"),
+        ("fuselab-train", "algo.learning_rat=1e-3", "'algo.learning_rate'"),
+        ("fuselab-eval", "numm_envs=3", "'num_envs'"),
+    ],
+)
+def test_a_mistyped_key_is_one_line_naming_the_nearest_keys(script, override, nearest):
     done = subprocess.run(
-        [SCRIPTS / "fuselab-train", "num_env=16"], capture_output=True, text=True, timeout=120
+        [SCRIPTS / script, "task=cartpole", override]
+        if script == "fuselab-train"
+        else [SCRIPTS / script, override],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert done.returncode != 0
-    assert "Could not override 'num_env'" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert done.returncode == 2
+    key = override.split("=")[0]
+    assert f"override '{override}': no key '{key}' in the config; did you mean {nearest}" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_a_missing_checkpoint_is_named_and_exits_2(monkeypatch, tmp_path, caplog):

@@ -93,7 +93,7 @@ def compose(task: str, overrides: Sequence[str] = ()) -> DictConfig:
             raise FileNotFoundError(f"config: {error}") from None
         except ConfigCompositionException as error:
             base = hydra_compose("config", overrides=[*search_path_overrides(), f"task={task}"])
-            raise KeyError(_explain_override(error, overrides, base)) from None
+            raise KeyError(explain_override(error, overrides, base)) from None
     OmegaConf.set_struct(cfg, True)
     return cfg
 
@@ -263,8 +263,9 @@ def _plain(node: Any) -> Any:
     return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
-def _explain_override(error: Exception, overrides: Sequence[str], base: DictConfig) -> str:
-    """Name the override whose key does not exist and the nearest valid keys."""
+def explain_override(error: Exception, overrides: Sequence[str], base: DictConfig) -> str:
+    """Name the override whose key does not exist in ``base`` (the config the overrides were
+    applied to) and the nearest valid keys."""
     valid = _dotted_keys(OmegaConf.to_container(base))
     for override in overrides:
         key = override.split("=", 1)[0]

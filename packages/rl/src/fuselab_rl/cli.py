@@ -19,10 +19,12 @@ status 2; set ``HYDRA_FULL_ERROR=1`` for the traceback.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -59,10 +61,47 @@ def fail(error: BaseException) -> None:
     sys.exit(EXIT_USAGE)
 
 
-@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="train")
+def app(config_name: str) -> Callable[[Callable[[DictConfig], None]], Callable[[], None]]:
+    """A Hydra app of ``configs/<config_name>.yaml`` whose overrides are checked first: an
+    unknown key is one line naming it and the nearest valid keys (exit 2), where Hydra's own
+    message names neither."""
+
+    def decorate(main: Callable[[DictConfig], None]) -> Callable[[], None]:
+        hydra_main = hydra.main(version_base=None, config_path=CONFIG_PATH, config_name=config_name)
+
+        @functools.wraps(main)
+        def run() -> None:
+            configure_logging()
+            check_overrides(config_name, sys.argv[1:])
+            hydra_main(main)()
+
+        return run
+
+    return decorate
+
+
+def check_overrides(config_name: str, argv: list[str]) -> None:
+    """Compose ``config_name`` with the command line's overrides before Hydra does; an override
+    of a key the config does not have fails with the nearest valid keys."""
+    from hydra import compose, initialize_config_module
+    from hydra.errors import ConfigCompositionException
+
+    from fuselab_envs.registry import explain_override
+
+    overrides = [a for a in argv if "=" in a and not a.startswith(("-", "hydra."))]
+    if not overrides:
+        return
+    with initialize_config_module(config_module="fuselab_rl.configs", version_base=None):
+        try:
+            compose(config_name, overrides=overrides)
+        except ConfigCompositionException as error:
+            groups = [o for o in overrides if o.split("=", 1)[0] in ("task", "algo")]
+            fail(KeyError(explain_override(error, overrides, compose(config_name, groups))))
+
+
+@app("train")
 def train(cfg: DictConfig) -> None:
     """Train a policy: every key of the composed config can be overridden (key=value)."""
-    configure_logging()
     # Training renders nothing: without this, MUJOCO_GL=osmesa with no libOSMesa installed
     # breaks `import mujoco` itself (mujoco loads the GL backend it names on import).
     os.environ.pop("MUJOCO_GL", None)
@@ -97,14 +136,13 @@ def train(cfg: DictConfig) -> None:
     log.info("done: %s", handle.run_dir)
 
 
-@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="play")
+@app("play")
 def play(cfg: DictConfig) -> None:
     """Roll a trained policy out with one env and film it (run=DIR or checkpoint=FILE)."""
     if not cfg.video:
         os.environ.pop("MUJOCO_GL", None)  # nothing is rendered (see train)
     elif "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # headless: EGL; MUJOCO_GL=osmesa for software GL
-    configure_logging()
     from fuselab_rl.play import import_mujoco_for_video
     from fuselab_rl.play import play as run_play
 
@@ -129,11 +167,10 @@ def play(cfg: DictConfig) -> None:
         log.info("video: %s", result.video)
 
 
-@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="eval")
+@app("eval")
 def evaluate(cfg: DictConfig) -> None:
     """Measure how a trained policy walks or tracks (run=DIR or checkpoint=FILE): a table on
     stdout, the report as JSON with json=PATH."""
-    configure_logging()
     from fuselab_rl.evaluate import evaluate as run_evaluate
     from fuselab_rl.evaluate import format_report, write_report
 
@@ -156,11 +193,10 @@ def evaluate(cfg: DictConfig) -> None:
         log.info("report: %s", write_report(report, cfg.json))
 
 
-@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="sim2sim")
+@app("sim2sim")
 def sim2sim(cfg: DictConfig) -> None:
     """Run a run's policy.onnx in a plain MuJoCo loop (run=DIR, mjcf=, physics_dt=): fuselab-eval's
     table on stdout, the report as JSON with json=PATH."""
-    configure_logging()
     from fuselab_rl.evaluate import format_report, write_report
     from fuselab_rl.sim2sim import sim2sim as run_sim2sim
 
@@ -183,11 +219,10 @@ def sim2sim(cfg: DictConfig) -> None:
         log.info("report: %s", write_report(report, cfg.json))
 
 
-@hydra.main(version_base=None, config_path=CONFIG_PATH, config_name="view")
+@app("view")
 def view(cfg: DictConfig) -> None:
     """Watch a policy (run=DIR or checkpoint=FILE), a task (task=NAME, zero actions) or a clip
     (clip=FILE) in the browser; the log names the address."""
-    configure_logging()
     os.environ.pop("MUJOCO_GL", None)  # viser draws in the browser: no OpenGL here
     from hydra.core.global_hydra import GlobalHydra
 
