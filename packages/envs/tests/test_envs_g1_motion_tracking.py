@@ -3,6 +3,7 @@ motion command's start sampling and clip ends, terminal observations."""
 
 import numpy as np
 import pytest
+from envs_motion import STILL
 from envs_term_twins import tracking  # noqa: F401 - attaches the NumPy twins
 from omegaconf import OmegaConf
 
@@ -24,18 +25,6 @@ TRACKING_REWARDS = (
     "body_lin_vel",
     "body_ang_vel",
 )
-STILL = [  # reference state initialization without noise
-    f"commands.motion.params.reset_{k}=0.0"
-    for k in (
-        "pos_xy_m",
-        "pos_z_m",
-        "roll_pitch_rad",
-        "yaw_rad",
-        "lin_vel_mps",
-        "ang_vel_radps",
-        "joint_pos_rad",
-    )
-]
 
 
 def unit(q):

@@ -3,6 +3,7 @@ command tracking one clip per env (starts, clip ends, adaptive bins that stay in
 
 import numpy as np
 import pytest
+from envs_motion import STILL
 
 import fuselab_envs
 from fuselab_envs.motion import MotionFileError, load_motion
@@ -10,18 +11,6 @@ from fuselab_envs.motion.dataset import clip_entries, load_dataset
 from fuselab_envs.motion.synth import synth_clip
 
 G1 = fuselab_envs.compose("g1_motion_tracking")
-STILL = [
-    f"commands.motion.params.reset_{k}=0.0"
-    for k in (
-        "pos_xy_m",
-        "pos_z_m",
-        "roll_pitch_rad",
-        "yaw_rad",
-        "lin_vel_mps",
-        "ang_vel_radps",
-        "joint_pos_rad",
-    )
-]
 
 
 @pytest.fixture(scope="module")

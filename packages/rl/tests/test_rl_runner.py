@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from rl_fake_env import SMALL_PPO, use_fake_env
+from rl_fake_env import SMALL_PPO, cartpole_run_overrides, use_fake_env
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fuselab_rl import checkpoint as checkpoint_module
@@ -26,19 +26,7 @@ def ppo_of(handle) -> PPOTrainer:
 
 
 def config(run_dir, *overrides):
-    return compose_config(
-        [
-            "task=cartpole",
-            "num_envs=8",
-            f"run_dir={run_dir}",
-            "progress=false",
-            "export_onnx=false",
-            "plot=false",
-            "threads=1",
-            *SMALL_PPO,
-            *overrides,
-        ]
-    )
+    return compose_config(cartpole_run_overrides(run_dir, *SMALL_PPO, *overrides))
 
 
 def test_every_metric_goes_to_tensorboard_jsonl_and_the_console(monkeypatch, tmp_path, caplog):
