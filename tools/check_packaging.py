@@ -422,13 +422,11 @@ def smoke_env_core() -> str:
     def _(joint_vel):
         return np.sum(joint_vel**2, axis=-1)
 
-    @termination(name="smoke_time_out")
-    def time_out(i, episode_step, max_steps: int = 10):
-        return episode_step[i] >= max_steps
+    @termination(name="smoke_too_fast")
+    def too_fast(i, joint_vel, limit: float = 2.0):
+        return abs(joint_vel[i, 0]) > limit
 
-    @time_out.numpy
-    def _(episode_step, max_steps):
-        return episode_step >= max_steps
+    too_fast.numpy(lambda joint_vel, limit: np.abs(joint_vel[:, 0]) > limit)
 
     @observation(size=lambda shapes, params: shapes["joint_vel"][0], name="smoke_joint_vel")
     def joint_vel_obs(i, out, col, joint_vel):
@@ -440,13 +438,10 @@ def smoke_env_core() -> str:
         return joint_vel
 
     rng = np.random.default_rng(0)
-    state = {
-        "joint_vel": rng.normal(size=(16, 4)).astype(np.float32),
-        "episode_step": rng.integers(0, 20, 16).astype(np.int32),
-    }
+    state = {"joint_vel": rng.normal(size=(16, 4)).astype(np.float32)}
     cfg = {
         "rewards": {"speed": {"term": "smoke_speed_l2", "weight": -0.1}},
-        "terminations": {"time_out": {"term": "smoke_time_out", "time_out": True}},
+        "terminations": {"too_fast": {"term": "smoke_too_fast"}},
         "observations": {"policy": {"terms": {"joint_vel": {"term": "smoke_joint_vel"}}}},
     }
     fused = FusedTerms.build(cfg, state, dt=0.02)
@@ -454,7 +449,7 @@ def smoke_env_core() -> str:
     fused()
     oracle()
     np.testing.assert_allclose(fused.buffers.reward, oracle.buffers.reward, rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(fused.buffers.truncated, oracle.buffers.truncated)
+    np.testing.assert_array_equal(fused.buffers.terminated, oracle.buffers.terminated)
     np.testing.assert_array_equal(fused.buffers.obs["policy"], state["joint_vel"])
     if fused.report.cache != "miss":
         raise AssertionError(f"a fresh cache should miss, got {fused.report.cache!r}")

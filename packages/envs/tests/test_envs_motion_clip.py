@@ -151,7 +151,7 @@ def test_nearly_unit_quaternions_are_accepted_and_normalised(tmp_path, clip):
 def test_body_index(clip):
     assert clip.body_index("pelvis") == 0
     assert clip.body_names[clip.body_index("torso_link")] == "torso_link"
-    with pytest.raises(KeyError, match="'head_link' is not in the clip.*pelvis"):
+    with pytest.raises(KeyError, match="body 'head_link' is not among the clip's bodies: pelvis"):
         clip.body_index("head_link")
 
 

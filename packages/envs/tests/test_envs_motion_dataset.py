@@ -90,7 +90,7 @@ def test_the_table_holds_the_clips_end_to_end(clips_dir):
         np.testing.assert_array_equal(dataset.clip(c).body_pos_w, clip.body_pos_w)
         np.testing.assert_array_equal(dataset.clip(c).joint_vel, clip.joint_vel)
     assert list(dataset.clip_of_frame[[0, 150, 151, 252, 452]]) == [0, 0, 1, 2, 2]
-    with pytest.raises(KeyError, match="clip 'walk' is not in the dataset"):
+    with pytest.raises(KeyError, match="clip 'walk' is not among the dataset's clips: a/mid, "):
         dataset.index("walk")
 
 

@@ -167,22 +167,10 @@ class MotionClip:
         return (self.num_frames - 1) / self.fps
 
     def body_index(self, name: str) -> int:
-        try:
-            return self.body_names.index(name)
-        except ValueError:
-            raise KeyError(
-                f"{self.source}: body {name!r} is not in the clip; its bodies are "
-                f"{', '.join(self.body_names)}"
-            ) from None
+        return name_index(self.body_names, name, f"{self.source}: body", "the clip's bodies")
 
     def joint_index(self, name: str) -> int:
-        try:
-            return self.joint_names.index(name)
-        except ValueError:
-            raise KeyError(
-                f"{self.source}: joint {name!r} is not in the clip; its joints are "
-                f"{', '.join(self.joint_names)}"
-            ) from None
+        return name_index(self.joint_names, name, f"{self.source}: joint", "the clip's joints")
 
     def resample(self, fps: float) -> MotionClip:
         """The clip at another frame rate: lerp for vectors and angles, slerp for orientations."""
@@ -234,6 +222,13 @@ class MotionClip:
                     np.lib.format.write_array(member, array, allow_pickle=False)
         log.info("save motion %s: %d frames at %g fps", path, self.num_frames, self.fps)
         return path
+
+
+def name_index(names: Sequence[str], name: str, what: str, among: str) -> int:
+    """Where ``name`` is in ``names``; else a KeyError: '<what> <name> is not among <among>'."""
+    if name not in names:
+        raise KeyError(f"{what} {name!r} is not among {among}: {', '.join(names)}")
+    return list(names).index(name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from fuselab_env_core.timing import elapsed_ms
-from fuselab_envs.motion.clip import FRAME_FIELDS, MotionClip, MotionFileError, load_motion
+from fuselab_envs.motion.clip import (
+    FRAME_FIELDS,
+    MotionClip,
+    MotionFileError,
+    load_motion,
+    name_index,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +87,7 @@ class MotionDataset:
         )
 
     def index(self, name: str) -> int:
-        try:
-            return self.names.index(name)
-        except ValueError:
-            raise KeyError(
-                f"clip {name!r} is not in the dataset; its clips: {list(self.names)}"
-            ) from None
+        return name_index(self.names, name, "clip", "the dataset's clips")
 
 
 def clip_entries(source: str | Path | Sequence[str | Path]) -> list[ClipEntry]:
