@@ -96,3 +96,14 @@ def test_two_processes_building_the_same_plan_at_once(tmp_path):
     after, log = build(tmp_path)
     assert after["cache"] == "disk"
     assert "WARNING" not in log
+
+
+def test_a_cache_directory_that_is_a_file_is_named(tmp_path, monkeypatch):
+    from fuselab_env_core.compiler import cache_root
+
+    monkeypatch.setenv("FUSELAB_CACHE_DIR", str(tmp_path / "kernels"))
+    assert cache_root() == tmp_path / "kernels"  # created when a kernel is written
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("FUSELAB_CACHE_DIR", str(tmp_path / "file"))
+    with pytest.raises(ValueError, match=r"FUSELAB_CACHE_DIR: '.*file' is a file; expected a "):
+        cache_root()

@@ -76,6 +76,20 @@ def test_a_mistyped_key_is_one_line_naming_the_nearest_keys(script, override, ne
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+def test_a_bad_torchrun_variable_is_one_line():
+    environment = dict(os.environ, WORLD_SIZE="two")
+    done = subprocess.run(
+        [SCRIPTS / "fuselab-train", "task=cartpole"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment,
+    )
+    assert done.returncode == 2
+    assert "WORLD_SIZE: expected an int >= 0 (torchrun sets it), got 'two'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_missing_checkpoint_is_named_and_exits_2(monkeypatch, tmp_path, caplog):
     missing = tmp_path / "nowhere"
     with pytest.raises(SystemExit) as exit_info:

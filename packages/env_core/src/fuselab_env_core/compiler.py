@@ -68,11 +68,20 @@ class BuildReport:
 
 
 def cache_root() -> Path:
+    """Where compiled kernels are kept: ``$FUSELAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/fuselab``
+    or ``~/.cache/fuselab`` (created when missing)."""
     configured = os.environ.get("FUSELAB_CACHE_DIR")
     if configured:
-        return Path(configured).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "fuselab"
+        root, name = Path(configured).expanduser(), "FUSELAB_CACHE_DIR"
+    else:
+        root, name = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"), "the cache"
+        root = root / "fuselab"
+    if root.exists() and not root.is_dir():
+        raise ValueError(
+            f"{name}: {str(root)!r} is a file; expected a directory for the kernel cache "
+            "(created when missing)"
+        )
+    return root
 
 
 def kernel_signature(plan: Plan, kernel: str) -> tuple:

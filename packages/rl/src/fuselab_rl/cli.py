@@ -71,8 +71,11 @@ def app(config_name: str) -> Callable[[Callable[[DictConfig], None]], Callable[[
 
         @functools.wraps(main)
         def run() -> None:
-            configure_logging()
-            check_overrides(config_name, sys.argv[1:])
+            try:
+                configure_logging()  # reads torchrun's variables
+                check_overrides(config_name, sys.argv[1:])
+            except USAGE_ERRORS as error:
+                fail(error)
             hydra_main(main)()
 
         return run
