@@ -1,7 +1,7 @@
 """Benchmark suite `tracking`: G1MotionTracking on MuJoCo CPU: the fused kernels (score +
-observe, the `update_state` rows) against the NumPy oracle and across threads,
-copy_body_state_w, the full step, its non-physics share and kernel passes, and start-up with a
-cold and a warm kernel cache (fresh processes)."""
+observe, every row) against the NumPy oracle and across threads, copy_body_state_w, the full
+step, its non-physics share and kernel passes, what its events cost a step, and start-up with
+a cold and a warm kernel cache (fresh processes)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_protocol import time_side_by_side
-from bench_walk import passes_row, time_full_steps
+from bench_walk import events_cost, events_row, passes_row, time_full_steps
 
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
@@ -65,7 +65,7 @@ def bench_tracking(args) -> dict:
 
     full_step = time_full_steps(env, actions, args.tracking_steps, args.repeats)
     return {
-        "update_state": {
+        "score_observe": {
             "num_envs": n,
             "fused_ms": ms["fused"],
             "numpy_ms": ms["numpy"],
@@ -81,6 +81,9 @@ def bench_tracking(args) -> dict:
         },
         "copy_body_state_w": {"bodies": len(robot.body_ids), "ms": copy_ms["copy"]},
         **full_step,
+        "events": events_cost(
+            env, "g1_motion_tracking", actions, args.tracking_steps // 4 or 1, args
+        ),
         "startup": _startup_cold_vs_warm(),
     }
 
@@ -123,7 +126,7 @@ def _build_once() -> None:
 
 def tracking_rows(r: dict) -> list[tuple[str, str, str]]:
     u, t, c, f, s = (
-        r["update_state"],
+        r["score_observe"],
         r["thread_scaling"],
         r["copy_body_state_w"],
         r["full_step"],
@@ -147,6 +150,7 @@ def tracking_rows(r: dict) -> list[tuple[str, str, str]]:
             f"non-physics {f['non_physics_share_pct']:.1f}% of the step (goal <= 2%)",
         ),
         passes_row(r["kernel_passes_per_step"]),
+        events_row(r["events"]),
         (
             "start-up: kernel build cold vs warm cache",
             f"{s['cold_build_ms']:.0f} vs {s['warm_build_ms']:.0f} ms",

@@ -117,6 +117,21 @@ def test_impossible_values_and_unknown_parameters_are_refused():
         sim.close()
 
 
+def test_only_envs_given_parameters_hold_a_model_of_their_own():
+    sim = MujocoBackend(CART_XML, N)
+    try:
+        assert sim.per_env_model_bytes() == 0
+        body = np.array([sim.model.body_names.index("cart")])
+        sim.set_model_param("body_mass", np.array([0, 2]), body, np.full((2, 1), 2.0))
+        two = sim.per_env_model_bytes()
+        sim.set_model_param("body_mass", np.array([2]), body, np.full((1, 1), 3.0))
+        assert two > 0 and sim.per_env_model_bytes() == two  # env 2 already had its copy
+        sim.set_model_param("body_mass", np.array([1]), body, np.full((1, 1), 3.0))
+        assert sim.per_env_model_bytes() == 3 * two // 2
+    finally:
+        sim.close()
+
+
 def test_kp_of_a_motor_is_refused_by_name():
     motor_xml = CART_XML.replace(
         '<position name="swing" joint="hinge" kp="20" kv="1"/>',

@@ -32,7 +32,7 @@ KERNEL_NAMES = (SCORE_KERNEL, OBSERVE_KERNEL)
 # Rows that terms after the first one read are prefetched this many envs ahead. The first term's
 # reads start each env's iteration, in order, and the hardware prefetchers follow them; rows first
 # touched deep in the iteration (body velocities in rewards, joints in observations) were cache
-# misses the core waited for: 8% of update_state (G1 tracking, N=8192).
+# misses the core waited for: 8% of score_observe (G1 tracking, N=8192).
 PREFETCH_ENVS_AHEAD = 2
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 CACHE_LINE_BYTES = 64

@@ -293,9 +293,8 @@ def _tracking_rules(config, bodies: list[str]) -> dict[str, Any]:
     for spec in (config.get("terminations") or {}).values():
         if spec is None:
             continue
-        params = OmegaConf.to_container(spec.get("params") or {}, resolve=True)
-        assert isinstance(params, dict)
-        rules[spec.get("term")] = params
+        params = spec.get("params")  # None or empty for a term on its defaults
+        rules[spec.get("term")] = OmegaConf.to_container(params, resolve=True) if params else {}
     return rules
 
 

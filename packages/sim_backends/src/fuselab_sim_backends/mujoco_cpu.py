@@ -262,6 +262,11 @@ class MujocoBackend(SimBackend):
         """Stop the rollout thread pool (also done when the backend is garbage collected)."""
         self._pool.close()
 
+    def per_env_model_bytes(self) -> int:
+        """The memory of the envs' own model copies (those whose parameters were set)."""
+        copies = sum(model is not self._physics for model in self._models)
+        return copies * mujoco.mj_sizeModel(self._physics)
+
     # -- internals -------------------------------------------------------------------------------
 
     def _own_model(self, env: int) -> mujoco.MjModel:
