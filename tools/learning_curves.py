@@ -11,6 +11,7 @@ goal holds (iteration, minutes, env steps) and the machine's PPO iterations per 
     python tools/learning_curves.py runs/g1_walk_flat/<date_time> -o docs/figures/walk.png
     python tools/learning_curves.py RUN_A RUN_B RUN_C --labels seed0 seed1 seed2 -o seeds.png
     python tools/learning_curves.py RUN --events train --push 0.5 -o robust.png
+    python tools/learning_curves.py NOMINAL_RUN RANDOMIZED_RUN --events randomized -o compare.png
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fuselab_rl.evaluate import MOTION, VELOCITY, evaluate
+from fuselab_rl.evaluate import EVENT_SETS, MOTION, VELOCITY, evaluate
 
 log = logging.getLogger("learning_curves")
 
@@ -153,7 +154,7 @@ def main() -> int:
     parser.add_argument("--labels", nargs="*", help="one per run (default: the run names)")
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--every", type=int, default=1, help="evaluate every k-th checkpoint")
-    parser.add_argument("--events", default="nominal", choices=("nominal", "train"))
+    parser.add_argument("--events", default="nominal", choices=EVENT_SETS)
     parser.add_argument("--push", type=float, default=None, help="pushes of up to this, m/s")
     parser.add_argument("--title", default=None)
     args = parser.parse_args()

@@ -151,7 +151,7 @@ def test_a_dataset_is_tracked_clip_by_clip_from_its_first_frame_and_spread_start
         evaluate_policy(cfg, hold_default, num_envs=1)
 
 
-def test_the_eval_config_keeps_the_nominal_robot_or_the_training_events_and_adds_pushes():
+def test_the_eval_config_keeps_the_nominal_robot_the_training_or_the_task_events_and_adds_pushes():
     from fuselab_env_core.events import EVENTS
 
     cfg = fuselab_envs.compose("g1_walk_flat")
@@ -166,6 +166,7 @@ def test_the_eval_config_keeps_the_nominal_robot_or_the_training_events_and_adds
     assert list(eval_config(cfg, num_envs=6, seed=2, events="train").events) == list(table)
     untrained = fuselab_envs.compose("g1_walk_flat", ["env.randomize=false"])
     assert list(eval_config(untrained, 6, 2, events="train").events) == sets_state
+    assert list(eval_config(untrained, 6, 2, events="randomized").events) == list(table)
     pushed = eval_config(cfg, num_envs=6, seed=2, push=0.5)
     push = pushed.events.eval_push
     assert list(pushed.events) == [*sets_state, "eval_push"]
@@ -269,7 +270,9 @@ def test_bad_input_is_named(monkeypatch, tmp_path):
         "uniform_velocity or motion command",
     ):
         evaluate(cartpole_dir)
-    with pytest.raises(ValueError, match="events: expected one of nominal, train, got 'often'"):
+    with pytest.raises(
+        ValueError, match="events: expected one of nominal, train, randomized, got 'often'"
+    ):
         evaluate(cartpole_dir, events="often")
     with pytest.raises(ValueError, match=r"push: expected a speed >= 0 \(m/s\) or null, got -1"):
         evaluate(cartpole_dir, push=-1)

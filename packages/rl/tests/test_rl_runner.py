@@ -248,14 +248,22 @@ def test_a_resumed_run_removes_the_temporaries_a_killed_save_left(monkeypatch, t
     assert "left by a run killed while saving" in caplog.text
 
 
-def test_plot_needs_matplotlib_only_when_asked_and_says_how_to_get_it(monkeypatch, tmp_path):
-    from fuselab_rl.plot import plot_metrics
+def test_plot_against_minutes_or_env_steps_needs_matplotlib_only_when_asked(monkeypatch, tmp_path):
+    from fuselab_rl.plot import plot_metrics, plot_runs
 
     (tmp_path / "metrics.jsonl").write_text(
-        '{"iteration": 1, "wall_s": 1.0, "Episode/return": 0.5, "Episode/length": 20}\n'
-        '{"iteration": 2, "wall_s": 2.0, "Episode/return": 0.7, "Episode/length": 30}\n'
+        '{"iteration": 1, "wall_s": 1.0, "env_steps": 64, "Episode/return": 0.5, '
+        '"Episode/length": 20}\n'
+        '{"iteration": 2, "wall_s": 2.0, "env_steps": 128, "Episode/return": 0.7, '
+        '"Episode/length": 30}\n'
     )
     assert plot_metrics(tmp_path).stat().st_size > 5000
+    side_by_side = plot_runs([tmp_path, tmp_path], tmp_path / "b.png", "env_steps", ["a", "b"])
+    assert side_by_side.stat().st_size > 5000
+    with pytest.raises(ValueError, match="x: expected one of minutes, env_steps, got 'hours'"):
+        plot_runs([tmp_path], tmp_path / "c.png", "hours")
+    with pytest.raises(ValueError, match="labels: 1 given for 2 runs"):
+        plot_runs([tmp_path, tmp_path], tmp_path / "c.png", labels=["a"])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
     with pytest.raises(
         ImportError, match=r"plot: matplotlib is not installed; `pip install 'fuselab-rl\[plot\]'`"

@@ -2,8 +2,8 @@
 
 from importlib.metadata import version
 
-from fuselab_envs.registry import compose, list_tasks, make
+from fuselab_envs.registry import compose, list_tasks, make, register_task
 
 __version__ = version("fuselab-envs")
 
-__all__ = ["compose", "list_tasks", "make"]
+__all__ = ["compose", "list_tasks", "make", "register_task"]

@@ -69,11 +69,12 @@ def register_task(name: str, description: str, config_dir: str | Path | None = N
     TASKS[name] = description
 
 
-def search_path_overrides() -> list[str]:
-    """Hydra overrides that add the registered task directories to the search path."""
+def search_path_overrides(*searched: str) -> list[str]:
+    """Hydra overrides that add the registered task directories to the search path (after
+    ``searched``: a config's own search path, which the override replaces)."""
     if not _EXTRA_CONFIG_DIRS:
         return []
-    return [f"hydra.searchpath=[{','.join(_EXTRA_CONFIG_DIRS)}]"]
+    return [f"hydra.searchpath=[{','.join([*searched, *_EXTRA_CONFIG_DIRS])}]"]
 
 
 def list_tasks() -> list[str]:
@@ -177,14 +178,12 @@ def build_env(cfg: DictConfig, backend: SimBackend, chosen: Robot) -> FusedEnv:
 
 
 def check_sections(cfg: DictConfig) -> None:
-    """What a task's config can be checked for before its model is loaded: a known task and
-    robot, the ``env`` section, and every action mapping, command and event named in the
-    registries with parameters of the accepted types and ranges (names of bodies, joints, ...
-    are resolved when the env is built). A bad value is an error naming its full key."""
-    if cfg.task_name not in TASKS:
-        raise KeyError(
-            f"task_name: unknown task {cfg.task_name!r}; known: {', '.join(list_tasks())}"
-        )
+    """What a task's config can be checked for before its model is loaded: a known robot, the
+    ``env`` section, and every action mapping, command and event named in the registries with
+    parameters of the accepted types and ranges (names of bodies, joints, ... are resolved when
+    the env is built). A bad value is an error naming its full key. The task's name need not be
+    registered here: a composed config is the whole task (a run's saved config builds in any
+    process, a registered task's in a collector process too)."""
     robot(cfg.robot.name)
     build_section(EnvCfg, _plain(cfg.env))
     tables = (

@@ -91,7 +91,11 @@ def check_overrides(config_name: str, argv: list[str]) -> None:
 
     from fuselab_envs.registry import explain_override
 
-    overrides = [a for a in argv if "=" in a and not a.startswith(("-", "hydra."))]
+    overrides = [
+        a
+        for a in argv
+        if "=" in a and (a.startswith("hydra.searchpath=") or not a.startswith(("-", "hydra.")))
+    ]  # a search path may hold the task
     if not overrides:
         return
     with initialize_config_module(config_module="fuselab_rl.configs", version_base=None):

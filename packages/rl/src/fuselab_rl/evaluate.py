@@ -19,9 +19,12 @@ What is measured follows the task's command (any task built on one of these comm
 
 Observations carry the noise the policy was trained with. A row is measured until its episode
 ends; after a fall it counts as fallen and is measured no more. The robot is the nominal one
-(``events=nominal``: only the events that set the reset state run) or the one training
-randomized (``events=train``: every event of the task); ``push=SPEED`` adds pushes (every 1-3 s,
-the base's planar velocity changed by up to SPEED m/s each way) to measure robustness.
+(``events=nominal``: only the events that set the reset state run), the one the run trained on
+(``events=train``: every event of the task, or the nominal robot for a run trained with
+``env.randomize=false``) or the task's randomized one whatever the run trained on
+(``events=randomized``: a nominal-trained policy under the default's randomization);
+``push=SPEED`` adds pushes (every 1-3 s, the base's planar velocity changed by up to SPEED m/s
+each way) to measure robustness.
 
     fuselab-eval run=runs/g1_walk_flat/<date_time> num_envs=256 seconds=10 json=eval.json
 """
@@ -315,7 +318,7 @@ EVALUATORS: dict[str, Callable[[DictConfig, Callable, float, int], dict]] = {
     VELOCITY: evaluate_walk,
     MOTION: evaluate_tracking,
 }
-EVENT_SETS = ("nominal", "train")
+EVENT_SETS = ("nominal", "train", "randomized")
 PUSH_INTERVAL_S = (1.0, 3.0)
 
 
@@ -420,7 +423,8 @@ def eval_config(
     """The config an evaluation builds its env from: ``config`` (a run's, as checkpoints save
     it) resolved into a copy, on ``num_envs`` envs of MuJoCo CPU seeded with ``seed``; with
     ``events="nominal"`` only the events that set the reset state run (``env.randomize``
-    false), and ``push`` adds pushes of up to that many m/s."""
+    false), with ``"train"`` the events the run trained with, with ``"randomized"`` every event
+    of the task's table; ``push`` adds pushes of up to that many m/s."""
     resolved = (
         OmegaConf.to_container(config, resolve=True)
         if isinstance(config, DictConfig)
@@ -432,8 +436,9 @@ def eval_config(
     from fuselab_env_core.events import EVENTS
 
     trained_randomized = cfg.env.get("randomize", True)
+    every_event = events == "randomized" or (events == "train" and trained_randomized)
     table = {name: spec for name, spec in (cfg.get("events") or {}).items() if spec is not None}
-    if events == "nominal" or not trained_randomized:  # the events that set the reset state
+    if not every_event:  # the events that set the reset state
         table = {
             name: spec
             for name, spec in table.items()

@@ -27,7 +27,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_env_core.timing import elapsed_ms, timed
-from fuselab_envs.registry import BACKENDS, check_sections
+from fuselab_envs.registry import BACKENDS, check_sections, search_path_overrides
 from fuselab_rl import distributed
 from fuselab_rl.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -79,18 +79,21 @@ ALGORITHMS: dict[str, str] = {
 }  # imported lazily: an algorithm's dependencies load only when it runs
 
 CONFIG_MODULE = "fuselab_rl.configs"
+TASK_CONFIGS = "pkg://fuselab_envs.configs"  # train.yaml's search path
 METRICS_FILE = "metrics.jsonl"
 
 
 def compose_config(overrides: Sequence[str] = (), config_name: str = "train") -> DictConfig:
-    """The composed training config (what ``fuselab-train`` gets), for notebooks and tests."""
+    """The composed training config (what ``fuselab-train`` gets), for notebooks and tests;
+    tasks registered from their own directories (``fuselab_envs.register_task``) compose too."""
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
+    overrides = [*search_path_overrides(TASK_CONFIGS), *overrides]
     if GlobalHydra.instance().is_initialized():  # e.g. inside a Hydra app
-        return compose(config_name, overrides=list(overrides))
+        return compose(config_name, overrides=overrides)
     with initialize_config_module(config_module=CONFIG_MODULE, version_base=None):
-        return compose(config_name, overrides=list(overrides))
+        return compose(config_name, overrides=overrides)
 
 
 def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[str, Any]]:

@@ -204,7 +204,7 @@ def _track_clip(model, policy, config, decimation, first: int, frames: int) -> d
     robot = Robot(model, policy, decimation)
     reference = policy.reference(np.arange(first, first + frames))
     robot.reset(*_reference_state(model, doc, reference, body_ids))
-    rules = _tracking_rules(config, bodies)
+    rules = _termination_params(config)
     errors, failed = [], False
     for frame in range(frames - 1):
         at = {k: v[frame] for k, v in reference.items()}
@@ -279,23 +279,22 @@ def _reference_state(model, doc, reference, body_ids) -> tuple[np.ndarray, np.nd
     return qpos, qvel
 
 
-def _fall_tilt(config) -> float:
-    """The task's fall rule: the base tilted past this angle (its bad_orientation term)."""
-    for spec in (config.get("terminations") or {}).values():
-        if spec is not None and spec.get("term") == "bad_orientation":
-            return float((spec.get("params") or {}).get("limit_angle_rad", 1.0))
-    return 1.0
-
-
-def _tracking_rules(config, bodies: list[str]) -> dict[str, Any]:
-    """The task's failure rules (anchor height, anchor tilt, end-effector height)."""
-    rules: dict[str, Any] = {}
-    for spec in (config.get("terminations") or {}).values():
+def _termination_params(config) -> dict[str, dict[str, Any]]:
+    """The task's terminations: each term's params as the task sets them ({} on its defaults)."""
+    terms: dict[str, dict[str, Any]] = {}
+    for name, spec in (config.get("terminations") or {}).items():
         if spec is None:
             continue
         params = spec.get("params")  # None or empty for a term on its defaults
-        rules[spec.get("term")] = OmegaConf.to_container(params, resolve=True) if params else {}
-    return rules
+        terms[spec.get("term") or name] = (
+            OmegaConf.to_container(params, resolve=True) if params else {}
+        )
+    return terms
+
+
+def _fall_tilt(config) -> float:
+    """The task's fall rule: the base tilted past this angle (its bad_orientation term)."""
+    return float(_termination_params(config).get("bad_orientation", {}).get("limit_angle_rad", 1.0))
 
 
 def _failed(data, ref, body_ids, bodies, rules) -> bool:
