@@ -59,14 +59,18 @@ def test_a_registered_task_trains_and_its_run_builds_without_the_registration(
     env.backend.close()
 
 
-def test_the_command_line_finds_a_task_directory_on_hydras_search_path(tmp_path):
+def test_the_command_line_trains_and_resumes_a_task_found_on_hydras_search_path(tmp_path):
     search_path = f"hydra.searchpath=[pkg://fuselab_envs.configs,file://{task_directory(tmp_path)}]"
+    run = tmp_path / "run"
+    quiet = ["max_iterations=1", "threads=1", "progress=false", "export_onnx=false", "plot=false"]
     script = "from fuselab_rl.cli import train; train()"
-    done = subprocess.run(
-        [sys.executable, "-c", script, search_path, "task=cartpole_long", "--cfg", "job"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "task_name: cartpole_long" in done.stdout and "episode_length_s: 20.0" in done.stdout
+    for start in ("task=cartpole_long num_envs=8", f"resume={run}"):
+        done = subprocess.run(
+            [sys.executable, "-c", script, search_path, *start.split(), f"run_dir={run}", *quiet],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert (run / "model_2.pt").is_file()  # trained, then resumed for one more iteration
+    assert "task_name: cartpole_long" in (run / "config.yaml").read_text()

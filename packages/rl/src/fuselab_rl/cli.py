@@ -117,7 +117,9 @@ def train(cfg: DictConfig) -> None:
 
         checkpoint = None
         if cfg.resume:  # the task and the algorithm are the checkpoint's
-            cfg, checkpoint = compose_resume_config(HydraConfig.get().overrides.task)
+            given = HydraConfig.get().overrides  # a search path may hold the run's task
+            search_path = [o for o in given.hydra if o.startswith("hydra.searchpath=")]
+            cfg, checkpoint = compose_resume_config([*search_path, *given.task])
         handle = create_training_handle(cfg, checkpoint)
     except USAGE_ERRORS as error:
         fail(error)
