@@ -279,9 +279,9 @@ def _reference_state(model, doc, reference, body_ids) -> tuple[np.ndarray, np.nd
     return qpos, qvel
 
 
-def _termination_params(config) -> dict[str, dict[str, Any]]:
+def _termination_params(config) -> dict[str, Any]:
     """The task's terminations: each term's params as the task sets them ({} on its defaults)."""
-    terms: dict[str, dict[str, Any]] = {}
+    terms: dict[str, Any] = {}  # term -> its params (a dict)
     for name, spec in (config.get("terminations") or {}).items():
         if spec is None:
             continue
