@@ -83,6 +83,12 @@ def app(config_name: str) -> Callable[[Callable[[DictConfig], None]], Callable[[
     return decorate
 
 
+def search_paths(args) -> list[str]:
+    """The command line's ``hydra.searchpath=`` overrides: a task may live on that path, so
+    every composition of the task (the override check, a resume) takes them along."""
+    return [a for a in args if a.startswith("hydra.searchpath=")]
+
+
 def check_overrides(config_name: str, argv: list[str]) -> None:
     """Compose ``config_name`` with the command line's overrides before Hydra does; an override
     of a key the config does not have fails with the nearest valid keys."""
@@ -91,11 +97,8 @@ def check_overrides(config_name: str, argv: list[str]) -> None:
 
     from fuselab_envs.registry import explain_override
 
-    overrides = [
-        a
-        for a in argv
-        if "=" in a and (a.startswith("hydra.searchpath=") or not a.startswith(("-", "hydra.")))
-    ]  # a search path may hold the task
+    plain = [a for a in argv if "=" in a and not a.startswith(("-", "hydra."))]
+    overrides = [*search_paths(argv), *plain]
     if not overrides:
         return
     with initialize_config_module(config_module="fuselab_rl.configs", version_base=None):
@@ -117,9 +120,8 @@ def train(cfg: DictConfig) -> None:
 
         checkpoint = None
         if cfg.resume:  # the task and the algorithm are the checkpoint's
-            given = HydraConfig.get().overrides  # a search path may hold the run's task
-            search_path = [o for o in given.hydra if o.startswith("hydra.searchpath=")]
-            cfg, checkpoint = compose_resume_config([*search_path, *given.task])
+            given = HydraConfig.get().overrides
+            cfg, checkpoint = compose_resume_config([*search_paths(given.hydra), *given.task])
         handle = create_training_handle(cfg, checkpoint)
     except USAGE_ERRORS as error:
         fail(error)
