@@ -63,6 +63,37 @@ def test_the_holosoma_box_lift_loads_by_name_without_its_floating_base_columns()
     np.testing.assert_array_equal(converted.body_pos_w, clip.body_pos_w)
 
 
+def test_the_box_lift_is_led_in_from_standing_and_out_to_it_with_its_feet_on_the_floor():
+    """The clip starts mid-squat, dropping at 1.3 m/s: its lead frames start and end standing
+    still, keep the feet on the floor and join the clip without a jump in position."""
+    from fuselab_envs.motion.lead import Lead
+    from fuselab_envs.robots import robot
+
+    model, g1 = load_model(), robot("g1")
+    rest = g1.init_qpos(FACTS)
+    data = load_dataset(
+        fetched("holosoma-box-lift"),
+        joint_names=FACTS.joint_names,
+        body_names=FACTS.body_names,
+        fps=50.0,
+        lead=Lead(model, rest, lead_in_s=2.0, lead_out_s=1.0),
+    )
+    clip, own = data.table, data.motion_frames
+    assert (data.lead_in[0], data.lead_out[0], clip.num_frames) == (100, 50, 100 + 325 + 50)
+    np.testing.assert_array_equal(
+        clip.joint_pos[own], on_g1(fetched("holosoma-box-lift"), 50.0).joint_pos
+    )
+    feet = lowest_foot_points(model, clip.body_names, clip.body_pos_w, clip.body_quat_w).min(axis=1)
+    assert np.abs(feet[~own]).max() < 0.01  # lead frames stand on the floor (within 1 cm)
+    for rest_frame in (0, -1):
+        np.testing.assert_allclose(
+            clip.joint_pos[rest_frame], rest[FACTS.joint_qpos_adr], atol=1e-6
+        )
+        assert np.abs(clip.joint_vel[rest_frame]).max() < 0.05  # still (one-sided difference)
+    step = np.abs(np.diff(clip.joint_pos, axis=0)).max(axis=1)  # per frame, the largest change
+    assert step[99] < 0.2 and step[100 + 324] < 0.2  # into the clip and out of it: no jump
+
+
 def test_a_joint_only_clip_gets_the_files_body_states_from_forward_kinematics(tmp_path):
     raw = dict(np.load(fetched("holosoma-box-lift")))
     for field in BODY_FIELDS:

@@ -13,3 +13,6 @@ STILL = [
         "joint_pos_rad",
     )
 ]
+
+# The clips as they are, without lead frames from and to the standing pose.
+NO_LEAD = ["commands.motion.params.lead_in_s=0", "commands.motion.params.lead_out_s=0"]

@@ -3,7 +3,7 @@ command tracking one clip per env (starts, clip ends, adaptive bins that stay in
 
 import numpy as np
 import pytest
-from envs_motion import STILL
+from envs_motion import NO_LEAD, STILL
 
 import fuselab_envs
 from fuselab_envs.motion import MotionFileError, load_motion
@@ -95,9 +95,10 @@ def test_the_table_holds_the_clips_end_to_end(clips_dir):
 
 
 def make(clips_dir, *overrides, num_envs=64):
+    """The task on the clips of ``clips_dir``, as they are (no lead frames)."""
     return fuselab_envs.make(
         "g1_motion_tracking",
-        [f"commands.motion.params.file={clips_dir}", *overrides],
+        [f"commands.motion.params.file={clips_dir}", *NO_LEAD, *overrides],
         num_envs=num_envs,
         num_threads=1,
     )
@@ -189,7 +190,43 @@ def test_files_lists_clips(clips_dir):
         "g1_motion_tracking", [f"+commands.motion.params.files={files}"], num_envs=2, num_threads=1
     )
     data = env.commands["motion"].dataset
-    assert data.names == ("short", "long") and data.table.num_frames == 101 + 201
+    lead = data.lead_in + data.lead_out  # the task's lead frames, from and to rest
+    assert data.names == ("short", "long") and list(data.frames) == list(lead + [101, 201])
     description = env.commands["motion"].describe()
     assert [c["name"] for c in description["clips"]] == ["short", "long"]
-    assert description["clips"][1]["first_frame"] == 101
+    assert description["clips"][1]["first_frame"] == data.frames[0]
+    assert description["clips"][1]["lead_in"] == data.lead_in[1]
+
+
+def test_lead_frames_blend_from_the_standing_pose_into_each_clip_and_back(clips_dir):
+    files = f"[{clips_dir / 'a/short.npz'},{clips_dir / 'b/long.npz'}]"
+    env = fuselab_envs.make(
+        "g1_motion_tracking",
+        [
+            f"+commands.motion.params.files={files}",
+            "commands.motion.params.lead_in_s=1.0",
+            "commands.motion.params.lead_out_s=0.5",
+        ],
+        num_envs=2,
+        num_threads=1,
+    )
+    data, facts = env.commands["motion"].dataset, env.backend.model
+    joints, bodies = facts.joint_names, facts.body_names
+    env.close()
+    assert list(data.lead_in) == [50, 50] and list(data.lead_out) == [25, 25]
+    assert list(data.frames) == [50 + 101 + 25, 50 + 201 + 25]
+    for c, name in enumerate(("a/short", "b/long")):
+        alone = load_motion(clips_dir / f"{name}.npz", joint_names=joints, body_names=bodies)
+        led = data.clip(c)
+        own = slice(50, 50 + alone.num_frames)
+        np.testing.assert_array_equal(led.body_pos_w[own], alone.body_pos_w)  # the clip, as is
+        np.testing.assert_array_equal(led.joint_vel[own], alone.joint_vel)
+        for rest, end in ((0, 0), (-1, -1)):  # standing where the clip starts / ends
+            standing = env.init_qpos[facts.joint_qpos_adr]
+            np.testing.assert_allclose(led.joint_pos[rest], standing, atol=1e-6)
+            np.testing.assert_allclose(led.body_pos_w[rest, 0, :2], alone.body_pos_w[end, 0, :2])
+            assert led.body_pos_w[rest, 0, 2] == pytest.approx(env.init_qpos[2], abs=1e-6)
+            assert np.abs(led.joint_vel[rest]).max() < 1e-3  # at rest: smoothstep ends still
+        assert np.isfinite(led.body_lin_vel_w).all() and np.isfinite(led.body_ang_vel_w).all()
+        measured = data.motion_frames[data.starts[c] : data.ends[c]]
+        assert list(np.flatnonzero(measured)) == list(range(50, 50 + alone.num_frames))

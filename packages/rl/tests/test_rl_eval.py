@@ -32,6 +32,7 @@ from fuselab_rl.evaluate import (
 from fuselab_rl.play import load_policy
 from fuselab_rl.runner import compose_config, create_training_handle
 
+NO_LEAD = ["commands.motion.params.lead_in_s=0", "commands.motion.params.lead_out_s=0"]
 RANGES = {"lin_vel_x": [-1.0, 1.0], "lin_vel_y": [-0.5, 0.5], "ang_vel_z": [-1.0, 1.0]}
 
 
@@ -111,6 +112,24 @@ def test_tracking_errors_of_a_robot_on_the_clip_and_one_shifted_by_10_cm():
     assert result["root_relative_mpkpe_mm"] < 1.0 and result["joint_pos_rad"] < 1e-5
 
 
+def test_tracking_errors_measure_a_clips_own_frames_not_its_lead_frames():
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=2, num_threads=1)
+    motion = env.commands["motion"]
+    lead_in = int(motion.dataset.lead_in[0])
+    assert lead_in > 0  # the task leads its clips in from the standing pose
+    frames = np.array([lead_in - 1, lead_in], np.int32)  # the last lead frame, the clip's first
+    qpos, qvel = motion.reference_state(frames)
+    qpos[:, 0] += 0.1
+    env.write_state(np.arange(2), qpos, qvel)
+    env.robot.update()
+    motion.motion_frame[:] = frames + 1
+    errors = TrackingErrors(motion, ["left_ankle_roll_link"], 2)
+    errors.add(env, np.arange(2))
+    assert list(errors.samples) == [0, 1]
+    assert errors.summary(np.arange(2))["mpkpe_mm"] == pytest.approx(100.0, abs=1.0)
+    assert math.isnan(errors.summary(np.array([0]))["mpkpe_mm"])
+
+
 def test_a_dataset_is_tracked_clip_by_clip_from_its_first_frame_and_spread_starts(tmp_path):
     import torch
 
@@ -118,13 +137,10 @@ def test_a_dataset_is_tracked_clip_by_clip_from_its_first_frame_and_spread_start
 
     for name, seconds in (("squat", 1.0), ("stand", 0.6)):
         synth_clip(seconds, 50.0).save(tmp_path / f"{name}.npz")
-    cfg = fuselab_envs.compose("g1_motion_tracking", [f"commands.motion.params.file={tmp_path}"])
+    overrides = [f"commands.motion.params.file={tmp_path}", *NO_LEAD]
+    cfg = fuselab_envs.compose("g1_motion_tracking", overrides)
     motion_dataset = (
-        fuselab_envs.make(
-            "g1_motion_tracking", [f"commands.motion.params.file={tmp_path}"], num_envs=1
-        )
-        .commands["motion"]
-        .dataset
+        fuselab_envs.make("g1_motion_tracking", overrides, num_envs=1).commands["motion"].dataset
     )
     clips = np.arange(6) % 2
     assert list(start_frames(motion_dataset, clips, spread=False)) == [0, 51, 0, 51, 0, 51]

@@ -99,12 +99,18 @@ def test_a_tracking_dataset_is_tracked_clip_by_clip(tmp_path):
     for name, seconds in (("squat", 0.5), ("stand", 0.3)):
         synth_clip(seconds, 50.0).save(clips / f"{name}.npz")
     run = tmp_path / "run"
-    trained(run, "task=g1_motion_tracking", f"commands.motion.params.file={clips}")
+    lead = ["commands.motion.params.lead_in_s=0.2", "commands.motion.params.lead_out_s=0.1"]
+    trained(run, "task=g1_motion_tracking", f"commands.motion.params.file={clips}", *lead)
     policy = load_deployed(run / "policy.onnx")
     motion = policy.doc["commands"]["motion"]
     assert [c["name"] for c in motion["clips"]] == ["squat", "stand"]
-    assert motion["frames"] == 26 + 16
+    assert [(c["lead_in"], c["lead_out"]) for c in motion["clips"]] == [(10, 5), (10, 5)]
+    assert motion["frames"] == (10 + 26 + 5) + (10 + 16 + 5)
     first = sim2sim(run)["metrics"]["from_first_frame"]
     assert set(first["clips"]) == {"squat", "stand"}
-    assert first["clips"]["stand"]["frames"] == 15  # its frames after the first
-    assert first["frames"] == 25 + 15
+    stand = first["clips"]["stand"]
+    assert stand["frames"] == 30  # its frames after the first
+    # MPKPE over the clip's own frames: 16 of them, up to where it failed
+    own = range(10, 10 + 16)
+    assert stand["frames_measured"] == len([f for f in own if f < stand["frames_tracked"]])
+    assert first["frames"] == 40 + 30

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -39,6 +40,7 @@ class CommandContext:
     num_envs: int
     step_dt: float
     init_qpos: np.ndarray  # (nq,) the robot's initial pose
+    mjcf: Path | None = None  # the robot's model file (kinematics of a clip's lead frames)
 
 
 class Command:

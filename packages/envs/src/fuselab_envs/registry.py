@@ -146,7 +146,7 @@ def build_env(cfg: DictConfig, backend: SimBackend, chosen: Robot) -> FusedEnv:
     action = build_action(
         _plain(cfg.actions), facts, n, init_qpos[facts.joint_qpos_adr], chosen.action_scale
     )
-    context = CommandContext("commands", facts, n, step_dt, init_qpos)
+    context = CommandContext("commands", facts, n, step_dt, init_qpos, robot_mjcf(cfg, chosen))
     commands = build_commands(_plain(cfg.get("commands")), context)
     for name, generator in commands.items():
         tracked = getattr(generator, "body_names", None)
@@ -209,8 +209,13 @@ def term_inputs(cfg: DictConfig) -> set[str]:
     return {name for term in names for name in _inputs_of(term)}
 
 
+def robot_mjcf(cfg: DictConfig, chosen: Robot) -> Path:
+    """The robot's model file: the user's ``robot.mjcf``, else the robot's embedded one."""
+    return Path(cfg.robot.mjcf) if cfg.robot.mjcf else chosen.model()
+
+
 def make_backend(cfg: DictConfig, chosen: Robot, actuator_forces: bool = False) -> SimBackend:
-    mjcf = Path(cfg.robot.mjcf) if cfg.robot.mjcf else chosen.model()
+    mjcf = robot_mjcf(cfg, chosen)
     if cfg.backend == "mujoco":
         from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 

@@ -181,7 +181,8 @@ def velocity_ranges(spec: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
 
 
 class TrackingErrors:
-    """Per-env sums of the tracking errors of the rows measured; means over (env, step)."""
+    """Per-env sums of the tracking errors of the rows measured; means over (env, step) of the
+    clips' own frames (a clip's lead frames from and to rest are tracked, not measured)."""
 
     METRICS = (
         "mpkpe_mm",
@@ -197,15 +198,17 @@ class TrackingErrors:
         self.root = names.index(root)
         self.motion = motion
         self.arrays = motion.arrays
+        self.measured = motion.dataset.motion_frames  # (T,) bool
         self.sums = {name: np.zeros(num_envs) for name in self.METRICS}
         self.samples = np.zeros(num_envs, np.int64)
 
     def add(self, env: Any, rows: np.ndarray) -> None:
         """The rows' state after a step against the frame that step was scored on (the frame
         before the one ``motion_frame`` now shows)."""
+        frames = self.motion.motion_frame[rows] - 1
+        rows, frames = rows[self.measured[frames]], frames[self.measured[frames]]
         if not len(rows):
             return
-        frames = self.motion.motion_frame[rows] - 1
         pos = env.robot.body_pos_w[rows].astype(np.float64)
         ref = self.arrays["motion_body_pos_w"][frames].astype(np.float64)
         error = np.linalg.norm(pos - ref, axis=-1)  # (rows, bodies) metres

@@ -181,22 +181,28 @@ def _track(model, policy, config, decimation) -> dict[str, Any]:
     """Each clip of the export from its first frame (a dataset's clips one after another)."""
     motion = next(c for c in policy.doc["commands"].values() if c["kind"] == "motion")
     clips = motion.get("clips") or [{"name": "clip", "first_frame": 0, "frames": motion["frames"]}]
-    tracked = {
-        c["name"]: _track_clip(model, policy, config, decimation, c["first_frame"], c["frames"])
-        for c in clips
-    }
-    frames = sum(t["frames_tracked"] for t in tracked.values())
+    tracked = {c["name"]: _track_clip(model, policy, config, decimation, c) for c in clips}
+    measured = sum(t["frames_measured"] for t in tracked.values())
     overall = {
         "success_rate": float(np.mean([t["success_rate"] for t in tracked.values()])),
-        "mpkpe_mm": sum(t["mpkpe_mm"] * t["frames_tracked"] for t in tracked.values()) / frames,
-        "frames_tracked": frames,
+        "mpkpe_mm": sum(
+            t["mpkpe_mm"] * t["frames_measured"] for t in tracked.values() if t["frames_measured"]
+        )
+        / measured
+        if measured
+        else math.nan,
+        "frames_tracked": sum(t["frames_tracked"] for t in tracked.values()),
+        "frames_measured": measured,
         "frames": sum(t["frames"] for t in tracked.values()),
     }
     return {"from_first_frame": overall | ({"clips": tracked} if len(clips) > 1 else {})}
 
 
-def _track_clip(model, policy, config, decimation, first: int, frames: int) -> dict[str, Any]:
-    """One clip of the export (its frames ``first`` .. ``first + frames - 1``) from its start."""
+def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict[str, Any]:
+    """One clip of the export (its frames ``first_frame`` .. ``first_frame + frames - 1``) from
+    its start; MPKPE over its own frames (not its lead frames from and to rest)."""
+    first, frames = clip["first_frame"], clip["frames"]
+    own = range(clip.get("lead_in", 0), frames - clip.get("lead_out", 0))
     doc = policy.doc
     motion = next(c for c in doc["commands"].values() if c["kind"] == "motion")
     bodies = motion["bodies"]
@@ -205,20 +211,23 @@ def _track_clip(model, policy, config, decimation, first: int, frames: int) -> d
     reference = policy.reference(np.arange(first, first + frames))
     robot.reset(*_reference_state(model, doc, reference, body_ids))
     rules = _termination_params(config)
-    errors, failed = [], False
+    errors, failed, tracked = [], False, 0
     for frame in range(frames - 1):
+        tracked += 1
         at = {k: v[frame] for k, v in reference.items()}
         obs = robot.observe(robot.state(reference=at, body_ids=body_ids))
         robot.act(policy.act(obs[None], np.array([first + frame]))[0])
         position = np.stack([robot.data.xpos[body_ids[n]] for n in bodies])
-        errors.append(np.linalg.norm(position - at["ref_body_pos_w"], axis=-1).mean())
+        if frame in own:
+            errors.append(np.linalg.norm(position - at["ref_body_pos_w"], axis=-1).mean())
         if _failed(robot.data, at, body_ids, bodies, rules):  # the env scores against frame f
             failed = True
             break
     return {
         "success_rate": 0.0 if failed else 1.0,
-        "mpkpe_mm": 1e3 * float(np.mean(errors)),
-        "frames_tracked": len(errors),
+        "mpkpe_mm": 1e3 * float(np.mean(errors)) if errors else math.nan,
+        "frames_tracked": tracked,  # stepped through, up to a failure
+        "frames_measured": len(errors),  # of those, the clip's own (MPKPE's frames)
         "frames": frames - 1,
     }
 

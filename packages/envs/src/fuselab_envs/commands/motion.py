@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from fuselab_env_core.commands import Command, CommandContext, command
 from fuselab_env_core.events import euler_quat
 from fuselab_env_core.ranges import Fraction, NonNegativeFloat, PositiveFloat, PositiveInt
 from fuselab_env_core.rotations import np_quat_apply_inverse, np_quat_mul
+
+if TYPE_CHECKING:
+    from fuselab_envs.motion.lead import Lead
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +66,8 @@ class MotionCommand(Command):
         reset_lin_vel_mps: NonNegativeFloat = 0.2,
         reset_ang_vel_radps: NonNegativeFloat = 0.2,
         reset_joint_pos_rad: NonNegativeFloat = 0.1,
+        lead_in_s: NonNegativeFloat = 0.0,
+        lead_out_s: NonNegativeFloat = 0.0,
     ):
         from fuselab_envs.motion import DEFAULT_MOTION_PATH
         from fuselab_envs.motion.dataset import load_dataset
@@ -79,6 +84,7 @@ class MotionCommand(Command):
             joint_names=facts.joint_names,
             body_names=facts.body_names,
             fps=1.0 / context.step_dt,
+            lead=_lead(context, lead_in_s, lead_out_s),
         )
         self.facts, self.table, self.clip_end = facts, dataset.table, clip_end
         self.start, self.failure_ema = start, failure_ema
@@ -120,11 +126,14 @@ class MotionCommand(Command):
         self._qpos = np.zeros((n, facts.nq), np.float32)  # reference states (reset_to)
         self._qvel = np.zeros((n, facts.nv), np.float32)
         log.info(
-            "motion %s: %d frames at %g fps (%.1f s), %d sampling bins, %s starts, clip end: %s",
+            "motion %s: %d frames at %g fps (%.1f s; lead-in %g s, lead-out %g s), %d sampling "
+            "bins, %s starts, clip end: %s",
             table.source,
             self.num_frames,
             table.fps,
             self.num_frames / table.fps,
+            lead_in_s,
+            lead_out_s,
             self.num_bins,
             start,
             clip_end,
@@ -251,6 +260,8 @@ class MotionCommand(Command):
                     "first_frame": int(data.starts[c]),
                     "frames": int(data.frames[c]),
                     "weight": float(data.weights[c]),
+                    "lead_in": int(data.lead_in[c]),  # frames from rest into the clip...
+                    "lead_out": int(data.lead_out[c]),  # ... and back to rest (not measured)
                 }
                 for c in range(data.num_clips)
             ],
@@ -277,3 +288,18 @@ class MotionCommand(Command):
         np.add.at(self._failed_in_bin, self._bin_of_frame[failed], 1.0)
         self.bin_failures *= 1 - self.failure_ema
         self.bin_failures += self.failure_ema * self._failed_in_bin
+
+
+def _lead(context: CommandContext, lead_in_s: float, lead_out_s: float) -> Lead | None:
+    """The clips' lead frames (from and to the robot's initial pose), or None for none."""
+    from fuselab_envs.motion.convert import load_model
+    from fuselab_envs.motion.lead import Lead
+
+    if not (lead_in_s or lead_out_s):
+        return None
+    if context.mjcf is None:
+        raise ValueError(
+            f"{context.where}.lead_in_s, lead_out_s: lead frames need the robot's model file "
+            f"(forward kinematics); this env was built without one: set both to 0"
+        )
+    return Lead(load_model(context.mjcf), context.init_qpos, lead_in_s, lead_out_s)

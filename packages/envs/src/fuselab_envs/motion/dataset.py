@@ -14,6 +14,9 @@ Where clips come from (:func:`clip_entries`):
   each PATH a motion file or a directory (relative to the manifest), W > 0 (default 1): how
   often an episode starts on that entry's clips relative to the others;
 * a list of any of these.
+
+Each clip may be led in from the robot's rest pose and out to it (:mod:`fuselab_envs.motion.lead`);
+its lead frames are frames of the table like the clip's own, counted in ``lead_in``/``lead_out``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from fuselab_envs.motion.clip import (
     load_motion,
     name_index,
 )
+from fuselab_envs.motion.lead import Lead, LedClip, with_lead
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +64,8 @@ class MotionDataset:
     starts: np.ndarray  # (C,) int64: each clip's first frame in the table
     frames: np.ndarray  # (C,) int64: each clip's frame count
     weights: np.ndarray  # (C,) float64, summing to 1: how often an episode starts on each clip
+    lead_in: np.ndarray  # (C,) int64: how many of each clip's first frames lead in from rest
+    lead_out: np.ndarray  # (C,) int64: how many of its last frames lead out to rest
 
     @property
     def num_clips(self) -> int:
@@ -74,6 +80,13 @@ class MotionDataset:
     def clip_of_frame(self) -> np.ndarray:
         """(T,) int32: the clip each frame of the table belongs to."""
         return np.repeat(np.arange(self.num_clips, dtype=np.int32), self.frames)
+
+    @property
+    def motion_frames(self) -> np.ndarray:
+        """(T,) bool: the frames of the clips' own motion (not their lead frames)."""
+        clip = self.clip_of_frame
+        local = np.arange(len(clip)) - self.starts[clip]
+        return (local >= self.lead_in[clip]) & (local < self.frames[clip] - self.lead_out[clip])
 
     def clip(self, index: int) -> MotionClip:
         """Clip ``index`` alone (views of the table)."""
@@ -164,15 +177,18 @@ def load_dataset(
     joint_names: Sequence[str],
     body_names: Sequence[str],
     fps: float,
+    lead: Lead | None = None,
 ) -> MotionDataset:
-    """Every clip ``source`` names, on the model's joints and bodies, at ``fps``, end to end."""
+    """Every clip ``source`` names, on the model's joints and bodies, at ``fps``, end to end,
+    each with its ``lead`` frames when given."""
     started = time.perf_counter()
     entries = clip_entries(source)
     clips = [
         load_motion(entry.path, joint_names=joint_names, body_names=body_names, fps=fps)
         for entry in entries
     ]
-    dataset = concatenate(clips, [entry.name for entry in entries], [e.weight for e in entries])
+    led = [with_lead(clip, lead) if lead else LedClip(clip, 0, 0) for clip in clips]
+    dataset = concatenate(led, [entry.name for entry in entries], [e.weight for e in entries])
     if dataset.num_clips > 1:
         log.info(
             "motion dataset: %d clips, %d frames (%.1f s) at %g fps: %.1f ms",
@@ -186,9 +202,10 @@ def load_dataset(
 
 
 def concatenate(
-    clips: Sequence[MotionClip], names: Sequence[str], weights: Sequence[float]
+    led: Sequence[LedClip], names: Sequence[str], weights: Sequence[float]
 ) -> MotionDataset:
     """Clips of one model and one rate end to end; ``weights`` are normalized to sum to 1."""
+    clips = [item.clip for item in led]
     first = clips[0]
     for clip in clips[1:]:
         if clip.fps != first.fps:
@@ -213,4 +230,6 @@ def concatenate(
         starts=np.concatenate([[0], np.cumsum(frames)[:-1]]).astype(np.int64),
         frames=frames,
         weights=weight / weight.sum(),
+        lead_in=np.array([item.lead_in for item in led], np.int64),
+        lead_out=np.array([item.lead_out for item in led], np.int64),
     )
