@@ -211,9 +211,8 @@ def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict
     reference = policy.reference(np.arange(first, first + frames))
     robot.reset(*_reference_state(model, doc, reference, body_ids))
     rules = _termination_params(config)
-    errors, failed, tracked = [], False, 0
+    errors, failed = [], False
     for frame in range(frames - 1):
-        tracked += 1
         at = {k: v[frame] for k, v in reference.items()}
         obs = robot.observe(robot.state(reference=at, body_ids=body_ids))
         robot.act(policy.act(obs[None], np.array([first + frame]))[0])
@@ -226,7 +225,7 @@ def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict
     return {
         "success_rate": 0.0 if failed else 1.0,
         "mpkpe_mm": 1e3 * float(np.mean(errors)) if errors else math.nan,
-        "frames_tracked": tracked,  # stepped through, up to a failure
+        "frames_tracked": frame + 1,  # stepped through, up to a failure
         "frames_measured": len(errors),  # of those, the clip's own (MPKPE's frames)
         "frames": frames - 1,
     }

@@ -12,7 +12,7 @@ import logging
 import time
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -202,6 +202,11 @@ class MotionClip:
             source=self.source,
         )
 
+    def cut(self, frames: slice, source: str | None = None) -> MotionClip:
+        """The clip's ``frames`` alone (views), named ``source`` when given."""
+        cut = {field: getattr(self, field)[frames] for field in FRAME_FIELDS}
+        return replace(self, **cut, source=self.source if source is None else source)
+
     def save(self, path: str | Path) -> Path:
         """Write the BeyondMimic ``.npz`` layout (plus ``joint_names``/``body_names``).
 
@@ -222,6 +227,12 @@ class MotionClip:
                     np.lib.format.write_array(member, array, allow_pickle=False)
         log.info("save motion %s: %d frames at %g fps", path, self.num_frames, self.fps)
         return path
+
+
+def join(clips: Sequence[MotionClip], source: str) -> MotionClip:
+    """Clips of one model and one rate, one after another, as one clip named ``source``."""
+    joined = {field: np.concatenate([getattr(c, field) for c in clips]) for field in FRAME_FIELDS}
+    return replace(clips[0], **joined, source=source)
 
 
 def name_index(names: Sequence[str], name: str, what: str, among: str) -> int:

@@ -32,9 +32,9 @@ import numpy as np
 
 from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.motion.clip import (
-    FRAME_FIELDS,
     MotionClip,
     MotionFileError,
+    join,
     load_motion,
     name_index,
 )
@@ -91,13 +91,7 @@ class MotionDataset:
     def clip(self, index: int) -> MotionClip:
         """Clip ``index`` alone (views of the table)."""
         frames = slice(int(self.starts[index]), int(self.ends[index]))
-        return MotionClip(
-            fps=self.table.fps,
-            joint_names=self.table.joint_names,
-            body_names=self.table.body_names,
-            **{field: getattr(self.table, field)[frames] for field in FRAME_FIELDS},
-            source=self.names[index],
-        )
+        return self.table.cut(frames, self.names[index])
 
     def index(self, name: str) -> int:
         return name_index(self.names, name, "clip", "the dataset's clips")
@@ -213,16 +207,7 @@ def concatenate(
         if (clip.joint_names, clip.body_names) != (first.joint_names, first.body_names):
             raise MotionFileError(clip.source, "joint_names", "another model's joints or bodies")
     frames = np.array([clip.num_frames for clip in clips], np.int64)
-    table = MotionClip(
-        fps=first.fps,
-        joint_names=first.joint_names,
-        body_names=first.body_names,
-        **{
-            field: np.concatenate([getattr(clip, field) for clip in clips])
-            for field in FRAME_FIELDS
-        },
-        source=first.source if len(clips) == 1 else f"{len(clips)} clips",
-    )
+    table = join(clips, first.source if len(clips) == 1 else f"{len(clips)} clips")
     weight = np.asarray(weights, np.float64)
     return MotionDataset(
         table=table,

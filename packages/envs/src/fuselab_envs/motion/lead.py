@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 
 from fuselab_env_core.rotations import np_quat_mul, np_yaw_quat
-from fuselab_envs.motion.clip import FRAME_FIELDS, MotionClip, quat_slerp
+from fuselab_envs.motion.clip import MotionClip, join, quat_slerp
 from fuselab_envs.motion.convert import clip_from_trajectory
 from fuselab_sim_backends.model import model_facts
 
@@ -52,20 +52,7 @@ def with_lead(clip: MotionClip, lead: Lead) -> LedClip:
     parts.append(clip)
     if lead_out:
         parts.append(_blend(clip, lead, first=False, frames=lead_out))
-    if len(parts) == 1:
-        return LedClip(clip, 0, 0)
-    joined = {field: np.concatenate([getattr(p, field) for p in parts]) for field in FRAME_FIELDS}
-    return LedClip(
-        MotionClip(
-            fps=clip.fps,
-            joint_names=clip.joint_names,
-            body_names=clip.body_names,
-            **joined,
-            source=clip.source,
-        ),
-        lead_in,
-        lead_out,
-    )
+    return LedClip(join(parts, clip.source) if len(parts) > 1 else clip, lead_in, lead_out)
 
 
 def _blend(clip: MotionClip, lead: Lead, *, first: bool, frames: int) -> MotionClip:
@@ -98,10 +85,4 @@ def _blend(clip: MotionClip, lead: Lead, *, first: bool, frames: int) -> MotionC
     if (led.joint_names, led.body_names) != (clip.joint_names, clip.body_names):
         raise ValueError(f"{clip.source}: lead frames: the clip is not on the lead's model")
     keep = slice(0, frames) if first else slice(1, frames + 1)  # drop the clip's own frame
-    return MotionClip(
-        fps=clip.fps,
-        joint_names=clip.joint_names,
-        body_names=clip.body_names,
-        **{field: getattr(led, field)[keep] for field in FRAME_FIELDS},
-        source=clip.source,
-    )
+    return led.cut(keep)
