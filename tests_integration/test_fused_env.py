@@ -1,5 +1,6 @@
 """FusedEnv on the MuJoCo backend: resets, terminal observations, time-outs, NaN action rows."""
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -297,6 +298,29 @@ def test_actions_drive_their_joints_clipped_and_delayed_per_env_and_the_rest_hol
     )
     np.testing.assert_array_equal(env._controls[1, driven], scale * 0.5)  # a step late
     np.testing.assert_array_equal(env._controls[:, held], 0.0)
+
+
+def test_an_action_reaches_its_joints_farther_limit_within_its_clip():
+    """``reach``: the action whose position target lies on the joint's farther limit (the
+    walker's hips -1.2..1.2 and -0.5..0.5, knees 0..2 from a pose of zeros), 1 for an unlimited
+    joint and for a motor, never past ``clip``."""
+    backend = MujocoBackend(WALKER_XML, N, num_threads=2)
+    facts = backend.model
+    pose = np.zeros(len(facts.joint_names), np.float32)
+    scale = {".*_hip_pitch": 0.5, ".*_hip_roll": 0.25, ".*_knee": 0.2}
+    legs = {"joints": ["left_.*"], "scale": scale, "clip": 9.0}
+    action = build_action({"legs": {"term": "joint_position", "params": legs}}, facts, N, pose)
+    np.testing.assert_allclose(action.reach, [1.2 / 0.5, 0.5 / 0.25, 9.0])  # knee: 10, clipped
+    unlimited = facts.joint_ranges.copy()
+    unlimited[facts.joint_names.index("left_hip_roll")] = -np.inf, np.inf
+    facts_unlimited = dataclasses.replace(facts, joint_ranges=unlimited)
+    action = build_action(
+        {"legs": {"term": "joint_position", "params": legs}}, facts_unlimited, N, pose
+    )
+    np.testing.assert_allclose(action.reach, [1.2 / 0.5, 1.0, 9.0])
+    motors = {"joints": ["left_.*"], "scale": 30.0, "clip": 0.5}
+    action = build_action({"legs": {"term": "joint_effort", "params": motors}}, facts, N, pose)
+    np.testing.assert_allclose(action.reach, [0.5, 0.5, 0.5])
 
 
 def test_events_run_in_their_modes_on_whole_arrays_of_envs():

@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 from rl_fake_env import FakeEnv
 
-from fuselab_rl.fastsac import FastSACCfg, FastSACTrainer
+from fuselab_rl.fastsac import FastSACCfg, FastSACTrainer, build_policy
 from fuselab_rl.fastsac_collector import Collector, EnvSpec, EnvStepper, record_dtype
 from fuselab_rl.fastsac_networks import (
     ActorPolicy,
@@ -128,6 +128,47 @@ def test_squashed_gaussian_log_prob_matches_torch_distributions():
     assert (log_std >= -3.0).all() and (log_std <= 0.0).all()
 
 
+def test_a_bounded_actor_scales_its_actions_not_their_log_probability():
+    """bound * tanh(u): each action within its bound; the log-probability is that of tanh(u),
+    the unbounded actor's (a bound's constant log would pay an entropy bonus per step
+    survived); the deterministic action scales alike."""
+    bound = torch.tensor([2.0, 0.5])
+    torch.manual_seed(0)
+    actor = SquashedGaussianActor(3, 2, [16], log_std_range=(-3.0, 0.0), bound=bound.tolist())
+    unbounded = copy.deepcopy(actor)
+    unbounded.bound.fill_(1.0)
+    obs = torch.randn(256, 3)
+    torch.manual_seed(1)
+    actions, log_prob = actor.sample(obs)
+    torch.manual_seed(1)
+    unit_actions, unit_log_prob = unbounded.sample(obs)
+    torch.testing.assert_close(actions, unit_actions * bound)
+    torch.testing.assert_close(log_prob, unit_log_prob)
+    assert (actions.abs() <= bound).all() and (actions.abs() > bound * 0.5).any()
+    policy = ActorPolicy(3, 2, [16], normalize=False, bound=bound.tolist())
+    with torch.no_grad():
+        torch.testing.assert_close(policy(obs), torch.tanh(policy.actor(obs)[0]) * bound)
+
+
+def test_the_policy_is_bounded_by_the_envs_reach_and_its_checkpoint_keeps_the_bound():
+    """action_bound=reach takes the env spec's per-action reach, a number bounds every action;
+    a checkpoint's policy is rebuilt with its saved bound."""
+    terms = ("alive",), ("time_out",)
+    spec = EnvSpec(4, {"actor": 3, "critic": 4}, 2, *terms, action_reach=(6.0, 0.5))
+    sized = ("actor_hidden_dims=[8]", "action_bound=reach")
+    reach = FastSACCfg.from_config(helpers.compose(algo=sized).algo)
+    torch.testing.assert_close(build_policy(reach, spec).actor.bound, torch.tensor([6.0, 0.5]))
+    number = FastSACCfg.from_config(helpers.compose(algo=("action_bound=2",)).algo)
+    assert build_policy(number, spec).actor.bound.tolist() == [2.0, 2.0]
+    algo = helpers.compose(algo=sized).algo
+    policy = build_policy(reach, spec)
+    state = {"algorithm": "fastsac", "learner": {"policy": policy.state_dict()}}
+    rebuilt = FastSACTrainer.inference_policy(algo, state)
+    torch.testing.assert_close(rebuilt.actor.bound, torch.tensor([6.0, 0.5]))
+    obs = torch.randn(5, 3)
+    torch.testing.assert_close(rebuilt(obs), policy(obs))
+
+
 # -- config ----------------------------------------------------------------------------------------
 
 
@@ -211,6 +252,8 @@ def test_config_errors_name_the_key_and_the_accepted_values():
         ("critic_lr=0", r"algo.critic_lr: expected > 0, got 0"),
         ("weight_decay=-0.1", r"algo.weight_decay: expected >= 0, got -0.1"),
         ("collector.ring_slots=1", r"algo.collector.ring_slots: expected >= 2, got 1"),
+        ("action_bound=0", r"algo.action_bound: expected one of reach or > 0, got 0"),
+        ("action_bound=joints", r"algo.action_bound: expected one of reach or a finite number"),
     ):
         with pytest.raises(ValueError, match=message):
             FastSACCfg.from_config(helpers.compose(algo=(override,)).algo)
@@ -429,12 +472,14 @@ def test_the_env_step_of_both_collectors_acts_at_random_only_while_the_policy_is
     """EnvStepper.step, which the in-process collector and the collector process both call:
     the record's fields, and the warm-up rule (a published update ends it at once)."""
     env = FakeEnv(num_envs=4, episode_steps=3)
-    spec = EnvSpec(4, {"actor": 3, "critic": 4}, 2, ("alive", "distance"), ("left", "time_out"))
+    terms = ("alive", "distance"), ("left", "time_out")
+    spec = EnvSpec(4, {"actor": 3, "critic": 4}, 2, *terms, action_reach=(1.0, 1.0))
     record = np.zeros((), record_dtype(spec))
     torch.manual_seed(0)
-    stepper = EnvStepper(env, ActorPolicy(3, 2, [8]), seed=5, random_steps=3)
+    bound = np.array([2.0, 0.5])  # the warm-up's actions span the policy's bound
+    stepper = EnvStepper(env, ActorPolicy(3, 2, [8], bound=bound.tolist()), seed=5, random_steps=3)
     rng = np.random.default_rng(5)
-    uniform = [rng.uniform(-1.0, 1.0, (4, 2)).astype(np.float32) for _ in range(3)]
+    uniform = [(rng.uniform(-1.0, 1.0, (4, 2)) * bound).astype(np.float32) for _ in range(3)]
     for step, policy_updates in enumerate([0, 0, 7, 0]):  # random_steps 3, an update at step 2
         obs = env.obs["actor"].copy()
         stepper.step(record, policy_updates, blocked_s=0.25)

@@ -9,7 +9,11 @@ A task's ``actions:`` table names one mapping and its parameters::
 order) as a position target ``offset + scale * action``: ``offset`` is the robot's initial
 pose (``default``) or values, ``scale`` a number, per-joint values (``{pattern: value}``, each
 joint matched by one pattern) or ``robot`` (the robot's own per-joint scale). Actuators of joints
-outside ``joints`` hold their offset. ``clip`` clips actions to [-clip, clip] first. An env's
+outside ``joints`` hold their offset. ``clip`` clips actions to [-clip, clip] first. ``reach``
+says how far each action goes before it stops mattering: for a position target, the action that
+puts the target on its joint's farther limit (1 for an unlimited joint, and for a motor: its
+scale is its range), never past ``clip``; a policy with bounded actions (FastSAC) scales to it.
+An env's
 actions may reach the actuators a whole number of control steps late (:meth:`JointAction.
 set_delay`, the event ``randomize_action_delay``): the controls of a step then come from the
 actions of that many steps before, and a new episode starts from zero actions. ``joint_effort``
@@ -72,9 +76,19 @@ class JointAction:
         joint_of = facts.actuator_joint
         self.controls0[driven] = init_joint_pos[joint_of[driven]] if self.holds_pose else 0.0
         self.controls0[self.actuators] = self.offset
+        self.reach = self._reach(facts.joint_ranges[joints])
         self.history = np.zeros((1, num_envs, self.action_dim), np.float32)  # past actions
         self.delay = np.zeros(num_envs, np.int64)  # control steps each env's actions wait
         self.head = 0
+
+    def _reach(self, ranges: np.ndarray) -> np.ndarray:
+        """Per action, the magnitude past which its target lies beyond the joint's limits."""
+        reach = np.ones(self.action_dim)
+        if self.holds_pose:
+            farther = np.abs(ranges - self.offset[:, None]).max(axis=1)
+            limited = np.isfinite(farther) & (self.scale != 0)
+            reach[limited] = farther[limited] / np.abs(self.scale[limited])
+        return np.minimum(reach, self.clip).astype(np.float32)
 
     def set_delay(self, env_ids: np.ndarray, steps: np.ndarray) -> None:
         """Delay the actions of ``env_ids`` by ``steps`` control steps each (the ring of past

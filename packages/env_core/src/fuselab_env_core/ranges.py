@@ -115,12 +115,17 @@ def check_value(key: str, value: Any, annotation: Any) -> Any:
 def _convert(value: Any, annotation: Any) -> tuple[Any, str | None]:
     """(the value converted, None) if ``annotation`` accepts it, else (None, what it accepts)."""
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):  # X | None
-        if value is None and type(None) in typing.get_args(annotation):
+    if origin in (typing.Union, types.UnionType):  # X | Y | None: the first arm that accepts
+        arms = typing.get_args(annotation)
+        if value is None and type(None) in arms:
             return None, None
-        (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
-        converted, accepted = _convert(value, inner)
-        return converted, None if accepted is None else f"{accepted} or null"
+        refusals = []
+        for arm in (a for a in arms if a is not type(None)):
+            converted, accepted = _convert(value, arm)
+            if accepted is None:
+                return converted, None
+            refusals.append(accepted)
+        return None, " or ".join(refusals + ["null"] * (type(None) in arms))
     if origin is Literal:
         choices = typing.get_args(annotation)
         return (value, None) if value in choices else (None, f"one of {', '.join(choices)}")

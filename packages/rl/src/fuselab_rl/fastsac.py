@@ -76,6 +76,7 @@ class FastSACCfg(Section):
     v_max: float
     alpha_init: PositiveFloat
     target_entropy_scale: float
+    action_bound: Literal["reach"] | PositiveFloat
     log_std_min: float
     log_std_max: float
     actor_lr: PositiveFloat
@@ -112,11 +113,17 @@ class FastSACCfg(Section):
                 raise ValueError(f"algo.{low}, algo.{high}: expected {low} < {high}, got {got}")
 
 
-def build_policy(cfg: FastSACCfg, obs_dim: int, action_dim: int) -> ActorPolicy:
-    """The acting policy (the collector process builds its own with this)."""
+def build_policy(cfg: FastSACCfg, spec: EnvSpec) -> ActorPolicy:
+    """The acting policy for the env of ``spec`` (the collector process builds its own with
+    this): its actions bounded by the env's reach (``action_bound: reach``) or a number."""
+    bound = spec.action_reach if cfg.action_bound == "reach" else cfg.action_bound
+    return policy_of(cfg, spec.obs_dims["actor"], spec.action_dim, bound)
+
+
+def policy_of(cfg: FastSACCfg, obs_dim: int, action_dim: int, bound: Any = 1.0) -> ActorPolicy:
     std_range = (cfg.log_std_min, cfg.log_std_max)
     dims, normalize = cfg.actor_hidden_dims, cfg.obs_normalization
-    return ActorPolicy(obs_dim, action_dim, dims, normalize, log_std_range=std_range)
+    return ActorPolicy(obs_dim, action_dim, dims, normalize, log_std_range=std_range, bound=bound)
 
 
 class FastSAC:
@@ -126,7 +133,7 @@ class FastSAC:
         started = time.perf_counter()
         self.cfg, self.spec, self.device = cfg, spec, device
         critic_dim, action_dim = spec.obs_dims["critic"], spec.action_dim
-        self.policy = build_policy(cfg, spec.obs_dims["actor"], action_dim).to(device)
+        self.policy = build_policy(cfg, spec).to(device)
         normalizer = EmpiricalNormalization(critic_dim) if cfg.obs_normalization else nn.Identity()
         self.critic_normalizer: nn.Module = normalizer.to(device)
         atoms, dims = torch.linspace(cfg.v_min, cfg.v_max, cfg.num_atoms), cfg.critic_hidden_dims
@@ -197,7 +204,11 @@ class FastSAC:
             probs = torch.softmax(logits.float(), dim=-1)  # (2, B, K)
             lower = (probs * atoms).sum(-1).argmin(0)  # clipped double Q, per sample
             chosen = probs[lower, torch.arange(lower.shape[0], device=lower.device)]
-            shift = batch.returns - batch.discount * self.log_alpha.exp() * next_log_prob.float()
+            # the entropy bonus counts from the target entropy: raw, it pays alpha * entropy for
+            # every step an episode lasts, and an entropy below zero (the target is -A/2) makes
+            # ending an episode early pay; centred, it averages 0 once the entropy is on target
+            surprise = next_log_prob.float() + self.target_entropy
+            shift = batch.returns - batch.discount * self.log_alpha.exp() * surprise
             target = project_distribution(chosen, shift, batch.discount, atoms)
         logits = self.critic(self.critic_normalizer(batch.obs["critic"]), batch.actions)
         log_probs = F.log_softmax(logits.float(), dim=-1)
@@ -386,7 +397,7 @@ class FastSACTrainer:
         self.collector.publish()
 
     def export_policy(self) -> nn.Module:
-        """Deterministic CPU policy: actor obs (B, D) -> tanh of the mean (B, A)."""
+        """Deterministic CPU policy: actor obs (B, D) -> the squashed mean (B, A)."""
         return copy.deepcopy(self.learner.policy).to("cpu").eval().requires_grad_(False)
 
     @staticmethod
@@ -394,7 +405,8 @@ class FastSACTrainer:
         """:meth:`export_policy` from a checkpoint's ``algo`` config and ``trainer`` state."""
         _check_state(state)
         weights = state["learner"]["policy"]
-        policy = build_policy(FastSACCfg.from_config(algo), *ActorPolicy.saved_dims(weights))
+        dims = ActorPolicy.saved_dims(weights)
+        policy = policy_of(FastSACCfg.from_config(algo), *dims)  # the bound: the saved one
         policy.load_state_dict(weights)
         return policy.eval().requires_grad_(False)
 

@@ -58,13 +58,15 @@ class EnvSpec:
     action_dim: int
     reward_terms: tuple[str, ...]
     terminations: tuple[str, ...]
+    action_reach: tuple[float, ...]  # per action, where its joint's limits are reached
 
     @classmethod
     def of(cls, env: Any) -> EnvSpec:
         plan, obs = env.terms.plan, env.terms.buffers.obs
         dims = {group: int(o.shape[1]) for group, o in obs.items()}
         terms = tuple(c.entry for c in plan.rewards), tuple(c.entry for c in plan.terminations)
-        return cls(int(env.num_envs), dims, int(env.action_dim), *terms)
+        reach = tuple(float(r) for r in env.action.reach)
+        return cls(int(env.num_envs), dims, int(env.action_dim), *terms, reach)
 
 
 def record_dtype(spec: EnvSpec) -> np.dtype:
@@ -96,6 +98,7 @@ class EnvStepper:
         self.obs: Mapping[str, np.ndarray] = env.reset_all()
         self.rng = np.random.default_rng(seed)
         self.uniform = np.empty((env.num_envs, env.action_dim), np.float64)
+        self.bound = policy.actor.bound.cpu().numpy().astype(np.float64)
         self.random_steps, self.steps = random_steps, 0
 
     def step(self, record: np.ndarray, policy_updates: int, blocked_s: float) -> None:
@@ -107,6 +110,7 @@ class EnvStepper:
             self.rng.random(out=self.uniform)  # rng.uniform(-1, 1)'s numbers, without allocating
             self.uniform *= 2.0
             self.uniform -= 1.0
+            self.uniform *= self.bound  # over the policy's whole range
             record["actions"] = self.uniform
         else:
             with torch.inference_mode():
@@ -233,14 +237,14 @@ class PolicyPacker:
 
 class AsyncCollector(Collector):
     """``algo.mode=async``: spawns and supervises the collector process, which builds the env,
-    the policy (``make_policy(obs dim, action dim)``) and a ring of ``ring_slots`` env steps."""
+    the policy (``make_policy(env spec)``) and a ring of ``ring_slots`` env steps."""
 
     free_running = True
 
     def __init__(
         self,
         cfg: dict,
-        make_policy: Callable[[int, int], torch.nn.Module],
+        make_policy: Callable[[EnvSpec], ActorPolicy],
         random_steps: int,
         ring_slots: int,
         num_threads: int,
@@ -401,7 +405,7 @@ def collector_main(conn: Any, links: Links, log_queue: Any, log_level: int, plan
         torch.manual_seed(seed)
         env = make_env(OmegaConf.create({**cfg, "num_threads": num_threads}))
         spec = EnvSpec.of(env)
-        policy = make_policy(spec.obs_dims["actor"], spec.action_dim).eval()
+        policy = make_policy(spec).eval()
         packer, stepper = PolicyPacker(policy), EnvStepper(env, policy, seed, random_steps)
         vector = np.empty(packer.numel, np.float32)
         ring = SlotRing(record_dtype(spec), ring_slots, links, owner=learner.pid)

@@ -27,16 +27,25 @@ def layer_norm_mlp(in_dim: int, hidden_dims: Sequence[int], out_dim: int | None)
 
 class SquashedGaussianActor(nn.Module):
     """A Gaussian over pre-squash actions whose log-std is bounded smoothly by a tanh to
-    ``log_std_range``."""
+    ``log_std_range``; its actions are ``bound * tanh(u)``, each in [-bound, bound] (per action;
+    holosoma's FastSAC bounds each at the action that reaches its joint's limits)."""
+
+    bound: torch.Tensor
 
     def __init__(
-        self, obs_dim: int, action_dim: int, hidden_dims: Sequence[int], log_std_range=(-5.0, 2.0)
+        self,
+        obs_dim: int,
+        action_dim: int,
+        hidden_dims: Sequence[int],
+        log_std_range=(-5.0, 2.0),
+        bound: Sequence[float] | float = 1.0,
     ):
         super().__init__()
         self.log_std_min, self.log_std_max = log_std_range
         self.trunk = layer_norm_mlp(obs_dim, hidden_dims, None)
         self.mean = nn.Linear(hidden_dims[-1], action_dim)
         self.log_std = nn.Linear(hidden_dims[-1], action_dim)
+        self.register_buffer("bound", torch.ones(action_dim) * torch.as_tensor(bound).float())
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(mean, log_std) of the pre-squash Gaussian."""
@@ -45,21 +54,28 @@ class SquashedGaussianActor(nn.Module):
         log_std = self.log_std_min + 0.5 * span * (torch.tanh(self.log_std(features)) + 1.0)
         return self.mean(features), log_std
 
+    def squash(self, pre_squash: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(pre_squash).clamp(-1.0, 1.0) * self.bound
+
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterized action in [-1, 1] and its log-probability (B,)."""
+        """A reparameterized action in [-bound, bound] and the log-probability (B,) of its
+        tanh, the action before the bound."""
         mean, log_std = (x.float() for x in self(obs))  # the Gaussian in float32 under autocast
         noise = torch.randn_like(mean)
         pre_squash = mean + noise * log_std.exp()
         gaussian = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
         # log |d tanh(u)/du| = log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), stable
         squash = 2.0 * (math.log(2.0) - pre_squash - F.softplus(-2.0 * pre_squash))
+        # the density of tanh(u), before the bound: with the bound's constant sum(log bound) in
+        # it, the entropy bonus would pay alpha * that for every step survived, whatever the
+        # policy does, and the target entropy would mean something else for every robot
         log_prob = (gaussian - squash).sum(-1)
-        return torch.tanh(pre_squash).clamp(-1.0, 1.0), log_prob
+        return self.squash(pre_squash), log_prob
 
 
 class ActorPolicy(nn.Module):
     """The acting policy: observation normalizer + actor. ``forward`` is deterministic (the
-    tanh of the mean), which is what export and evaluation use; the collector samples. The
+    squashed mean), which is what export and evaluation use; the collector samples. The
     normalizer's statistics change only through the learner (``FastSAC.observe`` and
     ``merge_normalizers``)."""
 
@@ -79,7 +95,7 @@ class ActorPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         mean, _ = self.actor(self.normalizer(obs))
-        return torch.tanh(mean).clamp(-1.0, 1.0)
+        return self.actor.squash(mean)
 
     def explore(self, obs: torch.Tensor) -> torch.Tensor:
         action, _ = self.actor.sample(self.normalizer(obs))
