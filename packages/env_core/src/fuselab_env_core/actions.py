@@ -12,12 +12,11 @@ joint matched by one pattern) or ``robot`` (the robot's own per-joint scale). Ac
 outside ``joints`` hold their offset. ``clip`` clips actions to [-clip, clip] first. ``reach``
 says how far each action goes before it stops mattering: for a position target, the action that
 puts the target on its joint's farther limit (1 for an unlimited joint, and for a motor: its
-scale is its range), never past ``clip``; a policy with bounded actions (FastSAC) scales to it.
-An env's
-actions may reach the actuators a whole number of control steps late (:meth:`JointAction.
-set_delay`, the event ``randomize_action_delay``): the controls of a step then come from the
-actions of that many steps before, and a new episode starts from zero actions. ``joint_effort``
-is the same map for motors, its offset 0.
+scale is its range), never past ``clip``; a policy with bounded actions (FastSAC) can scale to
+it. An env's actions may reach the actuators a whole number of control steps late (:meth:`
+JointAction.set_delay`, the event ``randomize_action_delay``): the controls of a step then come
+from the actions of that many steps before, and a new episode starts from zero actions.
+``joint_effort`` is the same map for motors, its offset 0.
 
 Everything per step runs in one parallel Numba pass (no Python per env, no allocation).
 """
