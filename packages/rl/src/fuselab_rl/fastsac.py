@@ -121,6 +121,7 @@ def build_policy(cfg: FastSACCfg, spec: EnvSpec) -> ActorPolicy:
 
 
 def policy_of(cfg: FastSACCfg, obs_dim: int, action_dim: int, bound: Any = 1.0) -> ActorPolicy:
+    """The acting policy of ``cfg``'s sizes; a checkpoint's loads its own bound over ``bound``."""
     std_range = (cfg.log_std_min, cfg.log_std_max)
     dims, normalize = cfg.actor_hidden_dims, cfg.obs_normalization
     return ActorPolicy(obs_dim, action_dim, dims, normalize, log_std_range=std_range, bound=bound)
