@@ -202,6 +202,12 @@ tracking.motion_anchor_height_error.numpy(
     )
 )
 
+tracking.motion_anchor_pos_error.numpy(
+    lambda frame, pos, clip_pos, a, threshold: (
+        np.linalg.norm(clip_pos[frame, a] - pos[:, a], axis=-1) > threshold
+    )
+)
+
 
 def _up(quat):
     return 1 - 2 * (quat[..., 1] ** 2 + quat[..., 2] ** 2)

@@ -48,8 +48,10 @@ def random_tracking_state(rng, clip, n=N_RANDOM):
     near = lambda a, std: (a[frame] + rng.normal(0, std, a[frame].shape)).astype(np.float32)  # noqa: E731
     quat = near(clip["motion_body_quat_w"], 0.3)
     quat[: n // 8] = rng.normal(0, 1, (n // 8, BODIES, 4))  # some far off, for the terminations
+    pos = near(clip["motion_body_pos_w"], 0.15)
+    pos[n // 8 : n // 4, :, :2] += 1.0  # some a metre behind, at the clip's heights
     return {
-        "body_pos_w": near(clip["motion_body_pos_w"], 0.15),
+        "body_pos_w": pos,
         "body_quat_w": unit(quat),
         "body_lin_vel_w": near(clip["motion_body_lin_vel_w"], 0.5),
         "body_ang_vel_w": near(clip["motion_body_ang_vel_w"], 1.0),

@@ -307,7 +307,8 @@ def _fall_tilt(config) -> float:
 
 def _failed(data, ref, body_ids, bodies, rules) -> bool:
     """Whether the robot broke one of the task's failure rules at this frame (its
-    motion_anchor_height_error, motion_anchor_ori_error and motion_body_height_error terms)."""
+    motion_anchor_height_error, motion_anchor_pos_error, motion_anchor_ori_error and
+    motion_body_height_error terms)."""
     index = {name: k for k, name in enumerate(bodies)}
 
     def height_error(body: str) -> float:
@@ -321,6 +322,11 @@ def _failed(data, ref, body_ids, bodies, rules) -> bool:
         height_error(rule.get("anchor_body", "torso_link")) > rule.get("threshold_m", 0.25)
     ):
         return True
+    if (rule := rules.get("motion_anchor_pos_error")) is not None:
+        body = rule.get("anchor_body", "torso_link")
+        error = ref["ref_body_pos_w"][index[body]] - data.xpos[body_ids[body]]
+        if np.linalg.norm(error) > rule.get("threshold_m", 0.5):
+            return True
     if (rule := rules.get("motion_anchor_ori_error")) is not None:
         body = rule.get("anchor_body", "torso_link")
         tilt = abs(up(ref["ref_body_quat_w"][index[body]]) - up(data.xquat[body_ids[body]]))

@@ -272,6 +272,25 @@ def motion_anchor_height_error(
 
 
 @termination()
+def motion_anchor_pos_error(
+    i,
+    motion_frame,
+    body_pos_w,
+    motion_body_pos_w,
+    anchor_body: Body = ANCHOR_BODY,
+    threshold_m: NonNegativeFloat = 0.5,
+):
+    """The anchor strays from the motion's by more than ``threshold_m`` in world position (all
+    three axes: a robot that lags the clip's walk ends, where the height rule lets it drift)."""
+    f, a = motion_frame[i], anchor_body
+    error = 0.0
+    for k in range(3):
+        d = motion_body_pos_w[f, a, k] - body_pos_w[i, a, k]
+        error += d * d
+    return error > threshold_m * threshold_m
+
+
+@termination()
 def motion_anchor_ori_error(
     i,
     motion_frame,
