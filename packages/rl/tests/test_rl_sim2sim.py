@@ -4,16 +4,19 @@ a G1 model with torque actuators; files without the deploy contract are refused.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import mujoco
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from fuselab_envs.motion.synth import synth_clip
 from fuselab_envs.robots import robot
 from fuselab_rl.deploy import METADATA_KEY, load_deployed
 from fuselab_rl.runner import compose_config, create_training_handle
-from fuselab_rl.sim2sim import Robot, sim2sim
+from fuselab_rl.sim2sim import Robot, _failed, _termination_params, sim2sim
 
 QUICK = ["num_envs=8", "progress=false", "plot=false", "threads=1", "algo.num_steps_per_env=4"]
 
@@ -114,3 +117,34 @@ def test_a_tracking_dataset_is_tracked_clip_by_clip(tmp_path):
     own = range(10, 10 + 16)
     assert stand["frames_measured"] == len([f for f in own if f < stand["frames_tracked"]])
     assert first["frames"] == 40 + 30
+
+
+def test_a_robot_that_lags_the_clip_fails_by_the_tasks_anchor_position_rule():
+    """sim2sim applies the task's motion_anchor_pos_error as the env does: the anchor's distance
+    to the clip's in all three axes, whatever its height error."""
+    config = OmegaConf.create(
+        {
+            "terminations": {
+                "anchor_pos": {
+                    "term": "motion_anchor_pos_error",
+                    "params": {"anchor_body": "torso_link", "threshold_m": 0.5},
+                }
+            }
+        }
+    )
+    rules = _termination_params(config)
+    bodies, body_ids = ["pelvis", "torso_link"], {"pelvis": 1, "torso_link": 2}
+    upright = np.tile([1.0, 0.0, 0.0, 0.0], (2, 1))
+    ref = {
+        "ref_body_pos_w": np.array([[0.0, 0.0, 0.8], [0.0, 0.0, 1.0]]),
+        "ref_body_quat_w": upright,
+    }
+
+    def robot_behind(metres: float) -> SimpleNamespace:
+        xpos = np.zeros((3, 3))
+        xpos[1:] = ref["ref_body_pos_w"] - [metres, 0.0, 0.0]
+        return SimpleNamespace(xpos=xpos, xquat=np.tile([1.0, 0.0, 0.0, 0.0], (3, 1)))
+
+    assert not _failed(robot_behind(0.4), ref, body_ids, bodies, rules)
+    assert _failed(robot_behind(0.6), ref, body_ids, bodies, rules)
+    assert not _failed(robot_behind(0.6), ref, body_ids, bodies, {})  # no rule, no failure
