@@ -156,6 +156,16 @@ def _mean_squared_error_exp(i, actual, f, clip, std):
     return math.exp(-error / actual.shape[1] / (std * std))
 
 
+@numba.njit(inline="always")
+def _anchor_squared_distance(i, f, a, body_pos_w, motion_body_pos_w):
+    """|anchor a of env i - the motion's anchor at frame f|^2, in world coordinates."""
+    error = 0.0
+    for k in range(3):
+        d = motion_body_pos_w[f, a, k] - body_pos_w[i, a, k]
+        error += d * d
+    return error
+
+
 @reward()
 def motion_anchor_pos_error_exp(
     i,
@@ -166,11 +176,7 @@ def motion_anchor_pos_error_exp(
     std: PositiveFloat = 0.3,
 ):
     """The anchor's world position against the motion's (std in metres)."""
-    f, a = motion_frame[i], anchor_body
-    error = 0.0
-    for k in range(3):
-        d = motion_body_pos_w[f, a, k] - body_pos_w[i, a, k]
-        error += d * d
+    error = _anchor_squared_distance(i, motion_frame[i], anchor_body, body_pos_w, motion_body_pos_w)
     return math.exp(-error / (std * std))
 
 
@@ -282,11 +288,7 @@ def motion_anchor_pos_error(
 ):
     """The anchor strays from the motion's by more than ``threshold_m`` in world position (all
     three axes: a robot that lags the clip's walk ends, where the height rule lets it drift)."""
-    f, a = motion_frame[i], anchor_body
-    error = 0.0
-    for k in range(3):
-        d = motion_body_pos_w[f, a, k] - body_pos_w[i, a, k]
-        error += d * d
+    error = _anchor_squared_distance(i, motion_frame[i], anchor_body, body_pos_w, motion_body_pos_w)
     return error > threshold_m * threshold_m
 
 
