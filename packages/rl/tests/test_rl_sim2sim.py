@@ -134,16 +134,16 @@ def test_a_robot_that_lags_the_clip_fails_by_the_tasks_anchor_position_rule():
     )
     rules = _termination_params(config)
     bodies, body_ids = ["pelvis", "torso_link"], {"pelvis": 1, "torso_link": 2}
-    upright = np.tile([1.0, 0.0, 0.0, 0.0], (2, 1))
+    upright = [1.0, 0.0, 0.0, 0.0]
     ref = {
         "ref_body_pos_w": np.array([[0.0, 0.0, 0.8], [0.0, 0.0, 1.0]]),
-        "ref_body_quat_w": upright,
+        "ref_body_quat_w": np.tile(upright, (2, 1)),
     }
 
     def robot_behind(metres: float) -> SimpleNamespace:
         xpos = np.zeros((3, 3))
         xpos[1:] = ref["ref_body_pos_w"] - [metres, 0.0, 0.0]
-        return SimpleNamespace(xpos=xpos, xquat=np.tile([1.0, 0.0, 0.0, 0.0], (3, 1)))
+        return SimpleNamespace(xpos=xpos, xquat=np.tile(upright, (3, 1)))
 
     assert not _failed(robot_behind(0.4), ref, body_ids, bodies, rules)
     assert _failed(robot_behind(0.6), ref, body_ids, bodies, rules)
