@@ -155,6 +155,18 @@ def any_rank(flag: bool, device: torch.device) -> bool:
     return bool(tensor.item())
 
 
+def wait_for_all() -> None:
+    """Return once every rank is here. The end of a run: no rank destroys the process group
+    while rank 0 still saves and exports (torch wants every rank to leave at about the same
+    time; a gloo rank that left early was seen to abort)."""
+    import torch.distributed as dist
+
+    if world_size() == 1:
+        return
+    with _peers():
+        dist.barrier()
+
+
 def broadcast_state(module: torch.nn.Module) -> None:
     """Rank 0's parameters and buffers on every rank (the start of a run, or a resume)."""
     import torch.distributed as dist

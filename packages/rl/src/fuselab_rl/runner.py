@@ -223,6 +223,7 @@ class TrainingHandle:
             finally:
                 bar.close()
             self._save_unsaved()
+            distributed.wait_for_all()  # rank 0's checkpoint is on disk for every rank
         self.stop_signal = stop.received
         if self.cfg.get("plot", False) and self.ranks.is_main:
             self.plot()
