@@ -125,15 +125,18 @@ def test_a_robot_that_lags_the_clip_fails_by_the_tasks_anchor_position_rule():
     config = OmegaConf.create(
         {
             "terminations": {
-                "anchor_pos": {
-                    "term": "motion_anchor_pos_error",
-                    "params": {"anchor_body": "torso_link", "threshold_m": 0.5},
-                }
+                "anchor_pos": {"term": "motion_anchor_pos_error"},  # on its defaults: 0.5 m
+                "anchor_height": {
+                    "term": "motion_anchor_height_error",
+                    "params": {"threshold_m": 1.0},
+                },
             }
         }
     )
     rules = _termination_params(config)
-    bodies, body_ids = ["pelvis", "torso_link"], {"pelvis": 1, "torso_link": 2}
+    assert rules["motion_anchor_pos_error"] == {"anchor_body": "torso_link", "threshold_m": 0.5}
+    assert rules["motion_anchor_height_error"]["threshold_m"] == 1.0  # the task's, not 0.25
+    index, body_ids = {"pelvis": 0, "torso_link": 1}, {"pelvis": 1, "torso_link": 2}
     upright = [1.0, 0.0, 0.0, 0.0]
     ref = {
         "ref_body_pos_w": np.array([[0.0, 0.0, 0.8], [0.0, 0.0, 1.0]]),
@@ -145,6 +148,6 @@ def test_a_robot_that_lags_the_clip_fails_by_the_tasks_anchor_position_rule():
         xpos[1:] = ref["ref_body_pos_w"] - [metres, 0.0, 0.0]
         return SimpleNamespace(xpos=xpos, xquat=np.tile(upright, (3, 1)))
 
-    assert not _failed(robot_behind(0.4), ref, body_ids, bodies, rules)
-    assert _failed(robot_behind(0.6), ref, body_ids, bodies, rules)
-    assert not _failed(robot_behind(0.6), ref, body_ids, bodies, {})  # no rule, no failure
+    assert not _failed(robot_behind(0.4), ref, body_ids, index, rules)
+    assert _failed(robot_behind(0.6), ref, body_ids, index, rules)
+    assert not _failed(robot_behind(0.6), ref, body_ids, index, {})  # no rule, no failure

@@ -211,6 +211,7 @@ def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict
     reference = policy.reference(np.arange(first, first + frames))
     robot.reset(*_reference_state(model, doc, reference, body_ids))
     rules = _termination_params(config)
+    index = {name: k for k, name in enumerate(bodies)}
     errors, failed = [], False
     for frame in range(frames - 1):
         at = {k: v[frame] for k, v in reference.items()}
@@ -219,7 +220,7 @@ def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict
         position = np.stack([robot.data.xpos[body_ids[n]] for n in bodies])
         if frame in own:
             errors.append(np.linalg.norm(position - at["ref_body_pos_w"], axis=-1).mean())
-        if _failed(robot.data, at, body_ids, bodies, rules):  # the env scores against frame f
+        if _failed(robot.data, at, body_ids, index, rules):  # the env scores against frame f
             failed = True
             break
     return {
@@ -288,28 +289,33 @@ def _reference_state(model, doc, reference, body_ids) -> tuple[np.ndarray, np.nd
 
 
 def _termination_params(config) -> dict[str, Any]:
-    """The task's terminations: each term's params as the task sets them ({} on its defaults)."""
+    """The task's terminations: each term's params, its registered defaults filled in."""
+    from fuselab_env_core.terms import get_term
+    from fuselab_envs import registry  # noqa: F401 - registers the tasks' terms
+
     terms: dict[str, Any] = {}  # term -> its params (a dict)
     for name, spec in (config.get("terminations") or {}).items():
         if spec is None:
             continue
+        term = spec.get("term") or name
         params = spec.get("params")  # None or empty for a term on its defaults
-        terms[spec.get("term") or name] = (
-            OmegaConf.to_container(params, resolve=True) if params else {}
-        )
+        given = OmegaConf.to_container(params, resolve=True) if params else {}
+        defaults = {p.name: p.default for p in get_term(term).params if not p.required}
+        terms[term] = defaults | given
     return terms
 
 
 def _fall_tilt(config) -> float:
-    """The task's fall rule: the base tilted past this angle (its bad_orientation term)."""
-    return float(_termination_params(config).get("bad_orientation", {}).get("limit_angle_rad", 1.0))
+    """The task's fall rule: the base tilted past this angle (its bad_orientation term; a task
+    without one has no falls, as in fuselab-eval)."""
+    rule = _termination_params(config).get("bad_orientation")
+    return math.pi if rule is None else float(rule["limit_angle_rad"])
 
 
-def _failed(data, ref, body_ids, bodies, rules) -> bool:
+def _failed(data, ref, body_ids, index, rules) -> bool:
     """Whether the robot broke one of the task's failure rules at this frame (its
     motion_anchor_height_error, motion_anchor_pos_error, motion_anchor_ori_error and
-    motion_body_height_error terms)."""
-    index = {name: k for k, name in enumerate(bodies)}
+    motion_body_height_error terms; ``index``: each body's row in the reference)."""
 
     def height_error(body: str) -> float:
         return abs(ref["ref_body_pos_w"][index[body], 2] - data.xpos[body_ids[body]][2])
@@ -318,21 +324,18 @@ def _failed(data, ref, body_ids, bodies, rules) -> bool:
         return 1.0 - 2.0 * (q[1] ** 2 + q[2] ** 2)
 
     rule = rules.get("motion_anchor_height_error")
-    if rule is not None and (
-        height_error(rule.get("anchor_body", "torso_link")) > rule.get("threshold_m", 0.25)
-    ):
+    if rule is not None and height_error(rule["anchor_body"]) > rule["threshold_m"]:
         return True
     if (rule := rules.get("motion_anchor_pos_error")) is not None:
-        body = rule.get("anchor_body", "torso_link")
+        body = rule["anchor_body"]
         error = ref["ref_body_pos_w"][index[body]] - data.xpos[body_ids[body]]
-        if np.linalg.norm(error) > rule.get("threshold_m", 0.5):
+        if np.linalg.norm(error) > rule["threshold_m"]:
             return True
     if (rule := rules.get("motion_anchor_ori_error")) is not None:
-        body = rule.get("anchor_body", "torso_link")
+        body = rule["anchor_body"]
         tilt = abs(up(ref["ref_body_quat_w"][index[body]]) - up(data.xquat[body_ids[body]]))
-        if tilt > rule.get("threshold", 0.8):
+        if tilt > rule["threshold"]:
             return True
     if (rule := rules.get("motion_body_height_error")) is not None:
-        threshold = rule.get("threshold_m", 0.25)
-        return any(height_error(body) > threshold for body in rule.get("bodies", []))
+        return any(height_error(body) > rule["threshold_m"] for body in rule["bodies"])
     return False
