@@ -94,6 +94,39 @@ def test_resume_continues_exactly_where_the_run_stopped(monkeypatch, tmp_path):
         )
 
 
+def test_a_resume_trains_what_its_run_trained_with_the_overrides_given_now_on_top(
+    monkeypatch, tmp_path, caplog
+):
+    """A resumed run keeps every override it was started with (the task's defaults used to
+    replace them: a run started nominal went on randomized); the overrides given now apply on
+    top; how this invocation runs (max_iterations, run_dir, threads) is its own."""
+    use_fake_env(monkeypatch)
+    first = tmp_path / "first"
+    started = ["rewards.centered.weight=-0.3", "~rewards.still", "env.episode_length_s=5.0"]
+    with create_training_handle(config(first, *started, "max_iterations=7")) as handle:
+        handle.train(1)
+    cfg = compose_config([f"resume={first}", "algo.entropy_coef=0.02", "threads=2"])
+    assert (cfg.num_envs, cfg.env.episode_length_s, cfg.rewards.centered.weight) == (8, 5.0, -0.3)
+    assert "still" not in cfg.rewards and cfg.algo.policy.actor_hidden_dims == [16, 16]
+    assert cfg.algo.entropy_coef == 0.02  # given now
+    assert (cfg.max_iterations, cfg.threads, cfg.num_threads, cfg.run_dir) == (1000, 2, None, None)
+    assert cfg.progress  # this invocation's default, not the run's progress=false
+    again = compose_config(cartpole_run_overrides(first, *SMALL_PPO, *started, f"resume={first}"))
+    assert again == compose_config([f"resume={first}", *cartpole_run_overrides(first)])
+    assert "still" not in again.rewards  # the run's own command line given again resumes it
+    added = compose_config([f"resume={first}", "+rewards.still={term: joint_vel_l2, weight: -0.5}"])
+    assert added.rewards.still.weight == -0.5
+
+    # a checkpoint saved before the code had a key: the task's default, named
+    saved = load_checkpoint(first / "model_1.pt")
+    del saved["config"]["env"]["episode_length_s"]
+    torch.save(saved, first / "model_1.pt")
+    with caplog.at_level(logging.WARNING, logger="fuselab_rl"):
+        cfg = compose_config([f"resume={first}"])
+    assert cfg.env.episode_length_s == 10.0
+    assert "the checkpoint's config has no env.episode_length_s; the task's defaults" in caplog.text
+
+
 def test_a_fixed_schedule_resumes_at_the_configured_rate_not_the_saved_one(monkeypatch, tmp_path):
     use_fake_env(monkeypatch)
     first = tmp_path / "first"
@@ -167,10 +200,16 @@ def test_missing_checkpoint_and_mismatched_task_are_named(monkeypatch, tmp_path)
     with create_training_handle(config(tmp_path)) as handle:
         handle.train(1)
     with pytest.raises(
+        ValueError, match=r"task: 'g1_walk_flat' given, but resume='.*model_1.pt' is a 'cartpole'"
+    ):
+        config(tmp_path, f"resume={tmp_path}", "task=g1_walk_flat")
+    cfg = config(tmp_path, "task=g1_walk_flat")  # a config given its resume by hand
+    cfg.resume = str(tmp_path)
+    with pytest.raises(
         ValueError,
         match=r"resume: '.*model_1.pt' is a task 'cartpole' checkpoint, but the config asks for 'g1_walk_flat'; add task=cartpole",
     ):
-        create_training_handle(config(tmp_path, f"resume={tmp_path}", "task=g1_walk_flat"))
+        create_training_handle(cfg)
 
 
 def test_run_keys_are_checked_before_anything_is_built(monkeypatch, tmp_path):

@@ -83,9 +83,24 @@ TASK_CONFIGS = "pkg://fuselab_envs.configs"  # train.yaml's search path
 METRICS_FILE = "metrics.jsonl"
 
 
+# How one invocation runs, not what its run trains: a resume takes these from its own command
+# line (or their defaults), every other key from the run it continues.
+INVOCATION_KEYS = ("max_iterations", "resume", "run_dir", "threads", "num_threads", "device")
+INVOCATION_KEYS += ("progress", "plot")
+RESUMED_CONFIG = "fuselab_resumed_run"  # the resumed run's config, in Hydra's ConfigStore
+
+
 def compose_config(overrides: Sequence[str] = (), config_name: str = "train") -> DictConfig:
     """The composed training config (what ``fuselab-train`` gets), for notebooks and tests;
-    tasks registered from their own directories (``fuselab_envs.register_task``) compose too."""
+    tasks registered from their own directories (``fuselab_envs.register_task``) compose too.
+    With ``resume=``, the resumed run's config under the overrides
+    (:func:`compose_resume_config`)."""
+    if config_name == "train" and any(o.startswith("resume=") for o in overrides):
+        return compose_resume_config(overrides)[0]
+    return _compose(overrides, config_name)
+
+
+def _compose(overrides: Sequence[str], config_name: str) -> DictConfig:
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
 
@@ -98,9 +113,12 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
 
 def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[str, Any]]:
     """The config of ``fuselab-train resume=RUN ...`` and the checkpoint it resumes (loaded
-    once: pass both to :func:`create_training_handle`). The task and algorithm come from the
-    checkpoint (a different explicit ``task=`` or ``algo=`` is an error naming both); the other
-    overrides apply as given."""
+    once: pass both to :func:`create_training_handle`). A resumed run trains what it trained:
+    its saved config (the task and algorithm, and every override it was started with), the
+    overrides given now on top of it, and :data:`INVOCATION_KEYS` from this command line. A
+    different explicit ``task=`` or ``algo=`` is an error naming both."""
+    from hydra.core.config_store import ConfigStore
+
     given = dict(o.split("=", 1) for o in overrides if "=" in o)
     checkpoint = load_checkpoint(given["resume"])
     chosen = []
@@ -112,7 +130,57 @@ def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[st
             )
         chosen.append(f"{key}={saved}")
     rest = [o for o in overrides if o.split("=", 1)[0] not in ("task", "algo")]
-    return compose_config([*chosen, *rest]), checkpoint
+    invocation = _compose([*chosen, *rest], "train")  # also checks every override's key
+    where = [o for o in rest if o.startswith("hydra.")]  # e.g. the task's search path
+    saved = _saved_config(checkpoint, _compose([*chosen, *where], "train"))
+    for key in INVOCATION_KEYS:
+        saved[key] = invocation[key]
+    ConfigStore.instance().store(name=RESUMED_CONFIG, node=saved)
+    return _compose(_onto_saved(rest, saved), RESUMED_CONFIG), checkpoint
+
+
+def _onto_saved(overrides: Sequence[str], saved: DictConfig) -> list[str]:
+    """The overrides as they apply to the saved config, so that the run's own command line
+    given again resumes it: ``+key=value`` sets the key the run may already have added, and
+    ``~key`` of a key the run already left out does nothing."""
+    applied = []
+    for override in overrides:
+        if override.startswith("~"):
+            key = override[1:].split("=", 1)[0]
+            if OmegaConf.select(saved, key, default=None) is None:
+                continue
+        elif override.startswith("+") and not override.startswith("++"):
+            override = "+" + override
+        applied.append(override)
+    return applied
+
+
+def _saved_config(checkpoint: Mapping[str, Any], defaults: DictConfig) -> DictConfig:
+    """The checkpoint's config; settings it lacks (a run saved before the code had them) take
+    the task's defaults, named in a warning."""
+    saved = copy.deepcopy(checkpoint["config"])
+    added = _add_new_settings(saved, OmegaConf.to_container(defaults, resolve=True))
+    if added:
+        log.warning(
+            "resume: the checkpoint's config has no %s; the task's defaults are taken",
+            ", ".join(added),
+        )
+    return OmegaConf.create(saved)
+
+
+def _add_new_settings(saved: dict, defaults: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """Add to ``saved`` the keys of ``defaults`` it lacks, but no entry to a table (a mapping of
+    entries, e.g. ``rewards`` or ``events``: an entry the run left out stays out); their names."""
+    table = bool(saved) and all(v is None or isinstance(v, Mapping) for v in saved.values())
+    added = []
+    for key, value in defaults.items():
+        if key not in saved:
+            if not table:
+                saved[key] = value
+                added.append(f"{prefix}{key}")
+        elif isinstance(saved[key], dict) and isinstance(value, Mapping):
+            added += _add_new_settings(saved[key], value, f"{prefix}{key}.")
+    return added
 
 
 def algorithm(name: str) -> Algorithm:
