@@ -85,8 +85,8 @@ METRICS_FILE = "metrics.jsonl"
 
 # How one invocation runs, not what its run trains: a resume takes these from its own command
 # line (or their defaults), every other key from the run it continues.
-INVOCATION_KEYS = ("max_iterations", "resume", "run_dir", "threads", "num_threads", "device")
-INVOCATION_KEYS += ("progress", "plot")
+INVOCATION_KEYS = ("max_iterations", "resume", "run_dir", "threads", "num_threads", "device",
+                   "progress", "plot")  # fmt: skip
 RESUMED_CONFIG = "fuselab_resumed_run"  # the resumed run's config, in Hydra's ConfigStore
 
 
