@@ -116,13 +116,17 @@ def test_a_resume_trains_what_its_run_trained_with_the_overrides_given_now_on_to
     assert "still" not in again.rewards  # the run's own command line given again resumes it
     added = compose_config([f"resume={first}", "+rewards.still={term: joint_vel_l2, weight: -0.5}"])
     assert added.rewards.still.weight == -0.5
+    with create_training_handle(added) as handle:  # an entry only the resumed run has, changed
+        handle.train(1)
+    changed = compose_config([f"resume={first}", "rewards.still.weight=-0.1"])
+    assert changed.rewards.still.weight == -0.1
 
     # a checkpoint saved before the code had a key: the task's default, named
     saved = load_checkpoint(first / "model_1.pt")
     del saved["config"]["env"]["episode_length_s"]
     torch.save(saved, first / "model_1.pt")
     with caplog.at_level(logging.WARNING, logger="fuselab_rl"):
-        cfg = compose_config([f"resume={first}"])
+        cfg = compose_config([f"resume={first / 'model_1.pt'}"])
     assert cfg.env.episode_length_s == 10.0
     assert "the checkpoint's config has no env.episode_length_s; the task's defaults" in caplog.text
 

@@ -130,11 +130,12 @@ def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[st
             )
         chosen.append(f"{key}={saved}")
     rest = [o for o in overrides if o.split("=", 1)[0] not in ("task", "algo")]
-    invocation = _compose([*chosen, *rest], "train")  # also checks every override's key
-    where = [o for o in rest if o.startswith("hydra.")]  # e.g. the task's search path
-    saved = _saved_config(checkpoint, _compose([*chosen, *where], "train"))
+    # the task's defaults, this invocation's own keys and the task's search path (hydra.*)
+    own = [o for o in rest if o.split("=", 1)[0] in INVOCATION_KEYS or o.startswith("hydra.")]
+    fresh = _compose([*chosen, *own], "train")
+    saved = _saved_config(checkpoint, fresh)
     for key in INVOCATION_KEYS:
-        saved[key] = invocation[key]
+        saved[key] = fresh[key]
     ConfigStore.instance().store(name=RESUMED_CONFIG, node=saved)
     return _compose(_onto_saved(rest, saved), RESUMED_CONFIG), checkpoint
 
