@@ -361,7 +361,7 @@ class _Resolver:
         return TermCall(section=section, entry=entry, term=term, args=tuple(args))
 
     def _declare_outputs(self, where: str, term: Term, params: Mapping[str, Any]) -> None:
-        values = {p.name: params.get(p.name, p.default) for p in term.params}
+        values = term.values(params)
         for name, shape in term.outputs.items():
             if name in self.plan.state or name in self.plan.workspace or name in self.arrays:
                 owner = (

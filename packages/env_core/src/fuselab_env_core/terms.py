@@ -132,6 +132,10 @@ class Term:
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
 
+    def values(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Every parameter's value: the given one, else its default."""
+        return {p.name: given.get(p.name, p.default) for p in self.params}
+
     def numpy(self, fn: Callable) -> Callable:
         """Attach a vectorized NumPy twin (same arguments minus ``i``) used by the NumPy runtime.
 

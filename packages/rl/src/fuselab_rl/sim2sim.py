@@ -300,8 +300,7 @@ def _termination_params(config) -> dict[str, Any]:
         term = spec.get("term") or name
         params = spec.get("params")  # None or empty for a term on its defaults
         given = OmegaConf.to_container(params, resolve=True) if params else {}
-        defaults = {p.name: p.default for p in get_term(term).params if not p.required}
-        terms[term] = defaults | given
+        terms[term] = get_term(term).values(given)
     return terms
 
 
