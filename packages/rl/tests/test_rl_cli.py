@@ -204,6 +204,32 @@ def test_resume_takes_task_and_algorithm_from_the_checkpoint(monkeypatch, tmp_pa
     assert "is a 'cartpole' run" in caplog.text
 
 
+def test_resume_overrides_apply_to_the_resumed_run_not_to_the_default_task(
+    monkeypatch, tmp_path, caplog
+):
+    """Keys that only the resumed run's task has (cartpole's rewards; the default task is the
+    walk) are taken without task=, and a typo names the nearest key of the resumed run."""
+    from fuselab_rl.checkpoint import load_checkpoint
+
+    run_dir = tmp_path / "cartpole"
+    quick = ["max_iterations=1", "progress=false", "export_onnx=false", "plot=false"]
+    run_main(monkeypatch, cli.train, "task=cartpole", "num_envs=8", f"run_dir={run_dir}", *quick)
+    run_main(monkeypatch, cli.train, f"resume={run_dir}", "rewards.upright.weight=2", *quick)
+    assert load_checkpoint(str(run_dir / "model_2.pt"))["config"]["rewards"]["upright"] == {
+        "term": "pole_upright",
+        "weight": 2.0,
+    }
+    for wrong, expected in [
+        (["rewards.uprigt.weight=2"], "'rewards.upright.weight'"),
+        (["--cfg", "job"], "Hydra's flags are not taken with resume="),
+    ]:
+        with pytest.raises(SystemExit) as stopped:
+            run_main(monkeypatch, cli.train, f"resume={run_dir}", *wrong, *quick)
+        assert stopped.value.code == cli.EXIT_USAGE
+        assert expected in caplog.text
+    assert not (run_dir / "model_3.pt").exists()
+
+
 def test_ctrl_c_during_the_first_kernel_compile_is_one_line(tmp_path):
     """SIGINT to a real process while Numba compiles the task's kernels (a fresh kernel cache):
     exit 130 with one warning, no traceback, no run directory."""

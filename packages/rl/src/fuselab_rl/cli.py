@@ -27,7 +27,6 @@ import sys
 from collections.abc import Callable
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from fuselab_rl.distributed import Ranks
@@ -109,19 +108,56 @@ def check_overrides(config_name: str, argv: list[str]) -> None:
             fail(KeyError(explain_override(error, overrides, compose(config_name, groups))))
 
 
+def train() -> None:
+    """Train a policy: every key of the composed config can be overridden (key=value). With
+    ``resume=RUN`` the run's own config is the base the overrides apply to, so it does not go
+    through Hydra's app, which would compose them onto the default task first."""
+    argv = sys.argv[1:]
+    if resume_given(argv):
+        resume(argv)
+    else:
+        train_new_run()
+
+
 @app("train")
-def train(cfg: DictConfig) -> None:
-    """Train a policy: every key of the composed config can be overridden (key=value)."""
+def train_new_run(cfg: DictConfig) -> None:
+    """``fuselab-train`` without ``resume=``: a new run of the composed config."""
+    run_training(cfg, checkpoint=None)
+
+
+def resume_given(argv: list[str]) -> bool:
+    return any(a.startswith("resume=") and a not in ("resume=", "resume=null") for a in argv)
+
+
+def resume(argv: list[str]) -> None:
+    """``fuselab-train resume=RUN [key=value ...]``: the run's saved config under the overrides
+    (``runner.compose_resume_config``); a key it lacks is one line naming the nearest."""
+    configure_logging()
+    flags = [a for a in argv if a.startswith("-")]
+    try:
+        if flags:
+            raise ValueError(
+                f"resume: Hydra's flags are not taken with resume=, got {flags}; the resumed "
+                "run's config is written to its run directory (config.yaml)"
+            )
+        from fuselab_rl.runner import compose_resume_config
+
+        cfg, checkpoint = compose_resume_config(argv)
+    except USAGE_ERRORS as error:
+        fail(error)
+        return
+    run_training(cfg, checkpoint)
+
+
+def run_training(cfg: DictConfig, checkpoint: dict | None) -> None:
+    """Build the training from ``cfg`` (and the checkpoint it resumes), train, save; a usage
+    error, a failed partner process or a stop signal ends it with its own status."""
     # Training renders nothing: without this, MUJOCO_GL=osmesa with no libOSMesa installed
     # breaks `import mujoco` itself (mujoco loads the GL backend it names on import).
     os.environ.pop("MUJOCO_GL", None)
     try:
-        from fuselab_rl.runner import compose_resume_config, create_training_handle
+        from fuselab_rl.runner import create_training_handle
 
-        checkpoint = None
-        if cfg.resume:  # the task and the algorithm are the checkpoint's
-            given = HydraConfig.get().overrides
-            cfg, checkpoint = compose_resume_config([*search_paths(given.hydra), *given.task])
         handle = create_training_handle(cfg, checkpoint)
     except USAGE_ERRORS as error:
         fail(error)

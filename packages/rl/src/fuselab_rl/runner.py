@@ -27,7 +27,12 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from fuselab_env_core.timing import elapsed_ms, timed
-from fuselab_envs.registry import BACKENDS, check_sections, search_path_overrides
+from fuselab_envs.registry import (
+    BACKENDS,
+    check_sections,
+    explain_override,
+    search_path_overrides,
+)
 from fuselab_rl import distributed
 from fuselab_rl.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -118,6 +123,7 @@ def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[st
     overrides given now on top of it, and :data:`INVOCATION_KEYS` from this command line. A
     different explicit ``task=`` or ``algo=`` is an error naming both."""
     from hydra.core.config_store import ConfigStore
+    from hydra.errors import ConfigCompositionException
 
     given = dict(o.split("=", 1) for o in overrides if "=" in o)
     checkpoint = load_checkpoint(given["resume"])
@@ -137,7 +143,11 @@ def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[st
     for key in INVOCATION_KEYS:
         saved[key] = fresh[key]
     ConfigStore.instance().store(name=RESUMED_CONFIG, node=saved)
-    return _compose(_onto_saved(rest, saved), RESUMED_CONFIG), checkpoint
+    applied = _onto_saved(rest, saved)
+    try:
+        return _compose(applied, RESUMED_CONFIG), checkpoint
+    except ConfigCompositionException as error:  # e.g. a key the resumed run does not have
+        raise KeyError(explain_override(error, applied, saved)) from None
 
 
 def _onto_saved(overrides: Sequence[str], saved: DictConfig) -> list[str]:
