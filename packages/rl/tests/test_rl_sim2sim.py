@@ -4,8 +4,6 @@ a G1 model with torque actuators; files without the deploy contract are refused.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import mujoco
 import numpy as np
 import pytest
@@ -16,7 +14,7 @@ from fuselab_envs.motion.synth import synth_clip
 from fuselab_envs.robots import robot
 from fuselab_rl.deploy import METADATA_KEY, load_deployed
 from fuselab_rl.runner import compose_config, create_training_handle
-from fuselab_rl.sim2sim import Robot, _failed, _termination_params, sim2sim
+from fuselab_rl.sim2sim import Robot, _failure_rules, _termination_params, sim2sim
 
 QUICK = ["num_envs=8", "progress=false", "plot=false", "threads=1", "algo.num_steps_per_env=4"]
 
@@ -136,18 +134,36 @@ def test_a_robot_that_lags_the_clip_fails_by_the_tasks_anchor_position_rule():
     rules = _termination_params(config)
     assert rules["motion_anchor_pos_error"] == {"anchor_body": "torso_link", "threshold_m": 0.5}
     assert rules["motion_anchor_height_error"]["threshold_m"] == 1.0  # the task's, not 0.25
-    index, body_ids = {"pelvis": 0, "torso_link": 1}, {"pelvis": 1, "torso_link": 2}
+    bodies = ["pelvis", "torso_link"]
     upright = [1.0, 0.0, 0.0, 0.0]
-    ref = {
-        "ref_body_pos_w": np.array([[0.0, 0.0, 0.8], [0.0, 0.0, 1.0]]),
-        "ref_body_quat_w": np.tile(upright, (2, 1)),
+    clip = {
+        "motion_body_pos_w": np.array([[[0.0, 0.0, 0.8], [0.0, 0.0, 1.0]]]),  # one frame
+        "motion_body_quat_w": np.tile(upright, (1, 2, 1)),
     }
 
-    def robot_behind(metres: float) -> SimpleNamespace:
-        xpos = np.zeros((3, 3))
-        xpos[1:] = ref["ref_body_pos_w"] - [metres, 0.0, 0.0]
-        return SimpleNamespace(xpos=xpos, xquat=np.tile(upright, (3, 1)))
+    def behind(metres: float) -> dict[str, np.ndarray]:
+        robot = clip["motion_body_pos_w"] - [metres, 0.0, 0.0]
+        return clip | {"motion_frame": np.array([0]), "body_pos_w": robot,
+                       "body_quat_w": clip["motion_body_quat_w"]}  # fmt: skip
 
-    assert not _failed(robot_behind(0.4), ref, body_ids, index, rules)
-    assert _failed(robot_behind(0.6), ref, body_ids, index, rules)
-    assert not _failed(robot_behind(0.6), ref, body_ids, index, {})  # no rule, no failure
+    rules = _failure_rules(config, bodies)
+    assert not any(rule(behind(0.4)) for rule in rules)
+    assert any(rule(behind(0.6)) for rule in rules)
+    config.terminations.anchor_pos.params = {"anchor_body": "head"}  # not a tracked body
+    with pytest.raises(ValueError, match="terminations.anchor_pos.params.anchor_body: 'head'"):
+        _failure_rules(config, bodies)
+
+
+def test_sim2sim_leaves_out_a_failure_rule_it_cannot_measure_with_a_warning(caplog):
+    """A termination that reads what the tracking loop does not measure (here the base's
+    projected gravity) is not checked, and the warning names it; time-outs are no failure."""
+    config = OmegaConf.create(
+        {
+            "terminations": {
+                "fell": {"term": "bad_orientation"},
+                "time_out": {"term": "time_out", "time_out": True},
+            }
+        }
+    )
+    assert _failure_rules(config, ["pelvis"]) == []
+    assert "terminations.fell: bad_orientation reads projected_gravity_b" in caplog.text

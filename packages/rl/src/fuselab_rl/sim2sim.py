@@ -19,9 +19,11 @@ frame: success (no failure by the task's own failure rules) and MPKPE of the tra
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -210,17 +212,26 @@ def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict
     robot = Robot(model, policy, decimation)
     reference = policy.reference(np.arange(first, first + frames))
     robot.reset(*_reference_state(model, doc, reference, body_ids))
-    rules = _termination_params(config)
-    index = {name: k for k, name in enumerate(bodies)}
+    rules = _failure_rules(config, bodies)
+    rows = [body_ids[name] for name in bodies]
+    inputs = {
+        "motion_body_pos_w": reference["ref_body_pos_w"],
+        "motion_body_quat_w": reference["ref_body_quat_w"],
+    }
     errors, failed = [], False
     for frame in range(frames - 1):
         at = {k: v[frame] for k, v in reference.items()}
         obs = robot.observe(robot.state(reference=at, body_ids=body_ids))
         robot.act(policy.act(obs[None], np.array([first + frame]))[0])
-        position = np.stack([robot.data.xpos[body_ids[n]] for n in bodies])
+        position = robot.data.xpos[rows]
         if frame in own:
             errors.append(np.linalg.norm(position - at["ref_body_pos_w"], axis=-1).mean())
-        if _failed(robot.data, at, body_ids, index, rules):  # the env scores against frame f
+        inputs |= {  # the env scores the new state against frame f
+            "motion_frame": np.array([frame]),
+            "body_pos_w": position[None],
+            "body_quat_w": robot.data.xquat[rows][None],
+        }
+        if any(rule(inputs) for rule in rules):
             failed = True
             break
     return {
@@ -290,18 +301,23 @@ def _reference_state(model, doc, reference, body_ids) -> tuple[np.ndarray, np.nd
 
 def _termination_params(config) -> dict[str, Any]:
     """The task's terminations: each term's params, its registered defaults filled in."""
+    return {term.name: term.values(given) for term, given, _ in _terminations(config)}
+
+
+def _terminations(config) -> list[tuple[Any, dict[str, Any], str]]:
+    """The task's terminations other than time-outs: each registered term, its given params and
+    its config key."""
     from fuselab_env_core.terms import get_term
     from fuselab_envs import registry  # noqa: F401 - registers the tasks' terms
 
-    terms: dict[str, Any] = {}  # term -> its params (a dict)
+    found = []
     for name, spec in (config.get("terminations") or {}).items():
-        if spec is None:
+        if spec is None or spec.get("time_out"):
             continue
-        term = spec.get("term") or name
         params = spec.get("params")  # None or empty for a term on its defaults
         given = OmegaConf.to_container(params, resolve=True) if params else {}
-        terms[term] = get_term(term).values(given)
-    return terms
+        found.append((get_term(spec.get("term") or name), given, f"terminations.{name}"))
+    return found
 
 
 def _fall_tilt(config) -> float:
@@ -311,30 +327,43 @@ def _fall_tilt(config) -> float:
     return math.pi if rule is None else float(rule["limit_angle_rad"])
 
 
-def _failed(data, ref, body_ids, index, rules) -> bool:
-    """Whether the robot broke one of the task's failure rules at this frame (its
-    motion_anchor_height_error, motion_anchor_pos_error, motion_anchor_ori_error and
-    motion_body_height_error terms; ``index``: each body's row in the reference)."""
+# What the tracking loop gives a termination term, by the names terms read: the tracked bodies'
+# world poses (1, bodies, ...) and the clip's (frames, bodies, ...), rows in the export's order.
+TRACKING_INPUTS = ("motion_frame", "body_pos_w", "body_quat_w", "motion_body_pos_w",
+                   "motion_body_quat_w")  # fmt: skip
 
-    def height_error(body: str) -> float:
-        return abs(ref["ref_body_pos_w"][index[body], 2] - data.xpos[body_ids[body]][2])
 
-    def up(q: np.ndarray) -> float:  # z of the body's up axis
-        return 1.0 - 2.0 * (q[1] ** 2 + q[2] ** 2)
+def _failure_rules(config, bodies: list[str]) -> list[Callable[[dict[str, np.ndarray]], bool]]:
+    """The task's failure rules, each its registered term's own Python code on one robot (row
+    0) with the body names of its params turned into rows of ``bodies``; a rule that reads what
+    this loop does not measure is left out, named in a warning."""
+    from fuselab_env_core.terms import NAME_TYPES
 
-    rule = rules.get("motion_anchor_height_error")
-    if rule is not None and height_error(rule["anchor_body"]) > rule["threshold_m"]:
-        return True
-    if (rule := rules.get("motion_anchor_pos_error")) is not None:
-        body = rule["anchor_body"]
-        error = ref["ref_body_pos_w"][index[body]] - data.xpos[body_ids[body]]
-        if np.linalg.norm(error) > rule["threshold_m"]:
-            return True
-    if (rule := rules.get("motion_anchor_ori_error")) is not None:
-        body = rule["anchor_body"]
-        tilt = abs(up(ref["ref_body_quat_w"][index[body]]) - up(data.xquat[body_ids[body]]))
-        if tilt > rule["threshold"]:
-            return True
-    if (rule := rules.get("motion_body_height_error")) is not None:
-        return any(height_error(body) > rule["threshold_m"] for body in rule["bodies"])
-    return False
+    rules = []
+    for term, given, key in _terminations(config):
+        unknown = [name for name in term.inputs if name not in TRACKING_INPUTS]
+        if unknown:
+            log.warning("%s: %s reads %s, which sim2sim does not measure; not checked", key,
+                        term.name, ", ".join(unknown))  # fmt: skip
+            continue
+        params = {}
+        for param in term.params:
+            value = given.get(param.name, param.default)
+            if param.type in NAME_TYPES:
+                value = _rows(value, bodies, f"{key}.params.{param.name}")
+            params[param.name] = value
+        rules.append(functools.partial(_broken, term, params))
+    return rules
+
+
+def _rows(names: str | list[str], bodies: list[str], field: str) -> int | tuple[int, ...]:
+    """A body name's row in ``bodies`` (a list of names: their rows)."""
+    for name in [names] if isinstance(names, str) else names:
+        if name not in bodies:
+            raise ValueError(f"{field}: {name!r} is not a tracked body of the export; tracked: "
+                             f"{', '.join(bodies)}")  # fmt: skip
+    return bodies.index(names) if isinstance(names, str) else tuple(map(bodies.index, names))
+
+
+def _broken(term, params: dict[str, Any], inputs: dict[str, np.ndarray]) -> bool:
+    return bool(term.py_func(0, *(inputs[name] for name in term.inputs), **params))
