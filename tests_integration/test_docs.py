@@ -54,6 +54,8 @@ def invocation(words: list[str]) -> list[str] | None:
     if words[0] == "torchrun":  # the command after --no-python
         return invocation(words[words.index("--no-python") + 1 :])
     if words[0] in HYDRA_APPS:
+        if any(w.startswith("resume=") for w in words):  # the docs' run does not exist here
+            words = [w for w in words if not w.startswith("resume=")]
         entry = HYDRA_APPS[words[0]]
         script = f"from fuselab_rl.cli import {entry}; {entry}()"
         return [python, "-c", script, *words[1:], "--cfg", "job"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import imageio.v2 as imageio
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from fuselab_rl import cli
 
@@ -205,7 +206,7 @@ def test_resume_takes_task_and_algorithm_from_the_checkpoint(monkeypatch, tmp_pa
 
 
 def test_resume_overrides_apply_to_the_resumed_run_not_to_the_default_task(
-    monkeypatch, tmp_path, caplog
+    monkeypatch, tmp_path, caplog, capsys
 ):
     """Keys that only the resumed run's task has (cartpole's rewards; the default task is the
     walk) are taken without task=, and a typo names the nearest key of the resumed run."""
@@ -221,13 +222,18 @@ def test_resume_overrides_apply_to_the_resumed_run_not_to_the_default_task(
     }
     for wrong, expected in [
         (["rewards.uprigt.weight=2"], "'rewards.upright.weight'"),
-        (["--cfg", "job"], "Hydra's flags are not taken with resume="),
+        (["--help"], "of Hydra's flags only --cfg job is taken with resume=, got ['--help']"),
     ]:
         with pytest.raises(SystemExit) as stopped:
             run_main(monkeypatch, cli.train, f"resume={run_dir}", *wrong, *quick)
         assert stopped.value.code == cli.EXIT_USAGE
         assert expected in caplog.text
     assert not (run_dir / "model_3.pt").exists()
+    run_main(monkeypatch, cli.train, f"resume={run_dir}", "rewards.still.weight=-1", "--cfg", "job")
+    shown = OmegaConf.create(capsys.readouterr().out)
+    assert shown.task_name == "cartpole"
+    assert (shown.rewards.upright.weight, shown.rewards.still.weight) == (2, -1)
+    assert not (run_dir / "model_3.pt").exists()  # shown, not trained
 
 
 def test_ctrl_c_during_the_first_kernel_compile_is_one_line(tmp_path):

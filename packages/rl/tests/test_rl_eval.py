@@ -230,6 +230,31 @@ def test_a_walk_checkpoint_is_rolled_out_and_reported(walk_run, tmp_path):
     assert evaluate(walk_run, num_envs=10, seconds=0.2) == report  # deterministic
 
 
+def test_the_runs_config_with_keys_changed_is_measured_and_a_wrong_key_is_named(
+    walk_run, monkeypatch, tmp_path, caplog
+):
+    """``+config.KEY=VALUE`` changes a key of the run's config for the evaluation: here a fall
+    rule so strict (0.01 rad of tilt) that every robot falls; the report says what changed."""
+    import json
+
+    from fuselab_rl import cli
+
+    report = tmp_path / "eval.json"
+    strict = "+config.terminations.fell_over.params.limit_angle_rad=0.01"
+    argv = [f"run={walk_run}", "num_envs=4", "seconds=0.2", f"json={report}", strict]
+    monkeypatch.setattr(sys, "argv", ["fuselab-eval", *argv])
+    cli.evaluate()
+    written = json.loads(report.read_text())
+    assert written["config_changes"] == {
+        "terminations": {"fell_over": {"params": {"limit_angle_rad": 0.01}}}
+    }
+    assert written["metrics"]["overall"]["fall_fraction"] == 1.0
+    assert evaluate(walk_run, num_envs=4, seconds=0.2)["metrics"]["overall"]["fall_fraction"] < 1
+    with pytest.raises(KeyError, match="config.terminations.fell: no key 'terminations.fell' in "
+                       "the run's config; did you mean 'terminations.fell_over'"):  # fmt: skip
+        evaluate(walk_run, config={"terminations": {"fell": {"params": {"limit_angle_rad": 1}}}})
+
+
 def test_any_policy_on_a_composed_config_is_measured_like_a_checkpoint(walk_run):
     # What the rsl-rl-lib side-by-side does: its own policy, the composed (unresolved) config.
     checkpoint = load_checkpoint(walk_run, field="run")

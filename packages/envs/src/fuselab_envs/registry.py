@@ -270,7 +270,7 @@ def _plain(node: Any) -> Any:
 def explain_override(error: Exception, overrides: Sequence[str], base: DictConfig) -> str:
     """Name the override whose key does not exist in ``base`` (the config the overrides were
     applied to) and the nearest valid keys."""
-    valid = _dotted_keys(OmegaConf.to_container(base))
+    valid = dotted_keys(OmegaConf.to_container(base))
     for override in overrides:
         key = override.split("=", 1)[0]
         if key.startswith("+"):  # an addition (+key) or an addition-or-override (++key)
@@ -282,12 +282,13 @@ def explain_override(error: Exception, overrides: Sequence[str], base: DictConfi
     return f"overrides {list(overrides)}: {error}"
 
 
-def _dotted_keys(node: Any, prefix: str = "") -> list[str]:
+def dotted_keys(node: Any, prefix: str = "") -> list[str]:
+    """Every key of a nested mapping, dotted (``a``, ``a.b``, ...)."""
     if not isinstance(node, dict):
         return [prefix] if prefix else []
     keys = [prefix] if prefix else []
     for key, value in node.items():
-        keys += _dotted_keys(value, f"{prefix}.{key}" if prefix else str(key))
+        keys += dotted_keys(value, f"{prefix}.{key}" if prefix else str(key))
     return keys
 
 

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from fuselab_rl.distributed import Ranks
 from fuselab_rl.stopping import PartnerFailed
@@ -131,20 +131,25 @@ def resume_given(argv: list[str]) -> bool:
 
 def resume(argv: list[str]) -> None:
     """``fuselab-train resume=RUN [key=value ...]``: the run's saved config under the overrides
-    (``runner.compose_resume_config``); a key it lacks is one line naming the nearest."""
+    (``runner.compose_resume_config``); a key it lacks is one line naming the nearest. With
+    ``--cfg job`` it prints that config and trains nothing."""
     configure_logging()
     flags = [a for a in argv if a.startswith("-")]
+    show = flags in (["--cfg"], ["-c"]) and "job" in argv
     try:
-        if flags:
+        if flags and not show:
             raise ValueError(
-                f"resume: Hydra's flags are not taken with resume=, got {flags}; the resumed "
-                "run's config is written to its run directory (config.yaml)"
+                f"resume: of Hydra's flags only --cfg job is taken with resume=, got {flags}"
             )
         from fuselab_rl.runner import compose_resume_config
 
-        cfg, checkpoint = compose_resume_config(argv)
+        overrides = [a for a in argv if "=" in a]
+        cfg, checkpoint = compose_resume_config(overrides)
     except USAGE_ERRORS as error:
         fail(error)
+        return
+    if show:
+        sys.stdout.write(OmegaConf.to_yaml(cfg))
         return
     run_training(cfg, checkpoint)
 
@@ -230,6 +235,7 @@ def evaluate(cfg: DictConfig) -> None:
             seed=cfg.seed,
             events=cfg.events,
             push=cfg.push,
+            config=OmegaConf.to_container(cfg.config),
             field_name=field,
         )
     except USAGE_ERRORS as error:

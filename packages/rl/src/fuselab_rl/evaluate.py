@@ -352,16 +352,19 @@ def evaluate(
     seed: int = SEED,
     events: str = "nominal",
     push: float | None = None,
+    config: Mapping[str, Any] | None = None,
     field_name: str = "run",
 ) -> dict[str, Any]:
     """Evaluate the policy of ``source`` (a run directory: its latest checkpoint, or a
-    checkpoint file); returns the report (see the module docstring)."""
+    checkpoint file) on its run's config with ``config``'s keys changed (e.g. another clip, or
+    other termination thresholds); returns the report (see the module docstring)."""
     _check_window(num_envs, seconds)
     _check_events(events, push)
     checkpoint = load_checkpoint(source, field=field_name)
-    task = checkpoint["config"]["task_name"]
+    run_config = changed_config(checkpoint["config"], config or {})
+    task = run_config["task_name"]
     try:
-        evaluator_of(checkpoint["config"])
+        evaluator_of(run_config)
     except ValueError as error:
         raise ValueError(
             f"{field_name}: '{checkpoint['path']}' is a {task} policy; {error}"
@@ -374,8 +377,9 @@ def evaluate(
         "iteration": checkpoint["iteration"],
         "env_steps": checkpoint.get("env_steps"),
         "train_wall_s": checkpoint.get("wall_s"),
+        "config_changes": OmegaConf.to_container(OmegaConf.create(config or {})),
         **evaluate_policy(
-            checkpoint["config"],
+            run_config,
             policy,
             num_envs=num_envs,
             seconds=seconds,
@@ -386,6 +390,24 @@ def evaluate(
     }
     log.info("eval %s: %.1f s", checkpoint["path"], time.perf_counter() - started)
     return report
+
+
+def changed_config(run_config: Mapping[str, Any], changes: Mapping[str, Any]) -> DictConfig:
+    """The run's config with ``changes`` (a nested mapping of its keys) merged in; a key the run's
+    config does not have is an error naming it and the nearest keys."""
+    from fuselab_env_core.terms import did_you_mean
+    from fuselab_envs.registry import dotted_keys
+
+    base = OmegaConf.create(dict(run_config))
+    changed = OmegaConf.create(dict(changes))
+    known = dotted_keys(OmegaConf.to_container(base))
+    for key in dotted_keys(OmegaConf.to_container(changed)):
+        if key not in known:
+            hint = did_you_mean(key, known, cutoff=0.5, list_known=False) or "; no similar key"
+            raise KeyError(f"config.{key}: no key {key!r} in the run's config{hint}")
+    merged = OmegaConf.merge(base, changed)
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def evaluate_policy(
@@ -490,6 +512,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"{report['num_envs']} envs)",
         "  ".join([f"{'':>{width}}", *(f"{c:>26}" for c in columns)]),
     ]
+    if report.get("config_changes"):
+        lines.insert(1, f"with the run's config changed: {report['config_changes']}")
     for name, values in rows:
         cells = [f"{_cell(values[c]):>26}" for c in columns]
         lines.append("  ".join([f"{name:>{width}}", *cells]))
