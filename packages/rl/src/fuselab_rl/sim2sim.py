@@ -346,12 +346,10 @@ def _failure_rules(config, bodies: list[str]) -> list[Callable[[dict[str, np.nda
             log.warning("%s: %s reads %s, which sim2sim does not measure; not checked", key,
                         term.name, ", ".join(unknown))  # fmt: skip
             continue
-        params = {}
+        params = term.values(given)
         for param in term.params:
-            value = given.get(param.name, param.default)
             if param.type in NAME_TYPES:
-                value = _rows(value, bodies, f"{key}.params.{param.name}")
-            params[param.name] = value
+                params[param.name] = _rows(params[param.name], bodies, f"{key}.params.{param.name}")
         rules.append(functools.partial(_broken, term, params))
     return rules
 
