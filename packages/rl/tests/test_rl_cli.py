@@ -222,7 +222,7 @@ def test_resume_overrides_apply_to_the_resumed_run_not_to_the_default_task(
     }
     for wrong, expected in [
         (["rewards.uprigt.weight=2"], "'rewards.upright.weight'"),
-        (["--help"], "of Hydra's flags only --cfg job is taken with resume=, got ['--help']"),
+        (["--help"], "(of Hydra's flags only a final --cfg job), got ['--help']"),
     ]:
         with pytest.raises(SystemExit) as stopped:
             run_main(monkeypatch, cli.train, f"resume={run_dir}", *wrong, *quick)
@@ -233,6 +233,8 @@ def test_resume_overrides_apply_to_the_resumed_run_not_to_the_default_task(
     shown = OmegaConf.create(capsys.readouterr().out)
     assert shown.task_name == "cartpole"
     assert (shown.rewards.upright.weight, shown.rewards.still.weight) == (2, -1)
+    run_main(monkeypatch, cli.train, f"resume={run_dir}", "~rewards.still", "--cfg", "job")
+    assert "still" not in OmegaConf.create(capsys.readouterr().out).rewards
     assert not (run_dir / "model_3.pt").exists()  # shown, not trained
 
 

@@ -250,6 +250,9 @@ def test_the_runs_config_with_keys_changed_is_measured_and_a_wrong_key_is_named(
     }
     assert written["metrics"]["overall"]["fall_fraction"] == 1.0
     assert evaluate(walk_run, num_envs=4, seconds=0.2)["metrics"]["overall"]["fall_fraction"] < 1
+    dotted = {"terminations.fell_over.params.limit_angle_rad": 0.01}  # a Python caller's form
+    strict_again = evaluate(walk_run, num_envs=4, seconds=0.2, config=dotted)
+    assert strict_again["metrics"]["overall"]["fall_fraction"] == 1.0
     with pytest.raises(KeyError, match="config.terminations.fell: no key 'terminations.fell' in "
                        "the run's config; did you mean 'terminations.fell_over'"):  # fmt: skip
         evaluate(walk_run, config={"terminations": {"fell": {"params": {"limit_angle_rad": 1}}}})

@@ -273,7 +273,7 @@ def explain_override(error: Exception, overrides: Sequence[str], base: DictConfi
     valid = dotted_keys(OmegaConf.to_container(base))
     for override in overrides:
         key = override.split("=", 1)[0]
-        if key.startswith("+"):  # an addition (+key) or an addition-or-override (++key)
+        if key.startswith(("+", "hydra.")):  # an addition (+key, ++key), or Hydra's own
             continue
         key = key.lstrip("~")
         if key not in valid and not key.startswith("task"):

@@ -10,9 +10,10 @@
     fuselab-list
 
 ``fuselab-train``, ``fuselab-play``, ``fuselab-eval``, ``fuselab-sim2sim`` and ``fuselab-view``
-are Hydra apps (``--help``, ``--cfg job``, overrides); their configs are ``configs/train.yaml``
-(composed with fuselab_envs' task configs), ``configs/play.yaml``, ``configs/eval.yaml``,
-``configs/sim2sim.yaml`` and ``configs/view.yaml``. A mistake in the config (an unknown
+are Hydra apps (``--help``, ``--cfg job``, overrides; ``fuselab-train resume=`` takes a final
+``--cfg job`` only); their configs are ``configs/train.yaml`` (composed with fuselab_envs' task
+configs), ``configs/play.yaml``, ``configs/eval.yaml``, ``configs/sim2sim.yaml`` and
+``configs/view.yaml``. A mistake in the config (an unknown
 key, a missing checkpoint, a value out of range) prints one line that names it and exits with
 status 2; set ``HYDRA_FULL_ERROR=1`` for the traceback.
 """
@@ -84,7 +85,7 @@ def app(config_name: str) -> Callable[[Callable[[DictConfig], None]], Callable[[
 
 def search_paths(args) -> list[str]:
     """The command line's ``hydra.searchpath=`` overrides: a task may live on that path, so
-    every composition of the task (the override check, a resume) takes them along."""
+    the override check's composition takes them along."""
     return [a for a in args if a.startswith("hydra.searchpath=")]
 
 
@@ -112,6 +113,8 @@ def train() -> None:
     """Train a policy: every key of the composed config can be overridden (key=value). With
     ``resume=RUN`` the run's own config is the base the overrides apply to, so it does not go
     through Hydra's app, which would compose them onto the default task first."""
+    from fuselab_rl.runner import resume_given
+
     argv = sys.argv[1:]
     if resume_given(argv):
         resume(argv)
@@ -125,28 +128,29 @@ def train_new_run(cfg: DictConfig) -> None:
     run_training(cfg, checkpoint=None)
 
 
-def resume_given(argv: list[str]) -> bool:
-    return any(a.startswith("resume=") and a not in ("resume=", "resume=null") for a in argv)
-
-
 def resume(argv: list[str]) -> None:
     """``fuselab-train resume=RUN [key=value ...]``: the run's saved config under the overrides
     (``runner.compose_resume_config``); a key it lacks is one line naming the nearest. With
     ``--cfg job`` it prints that config and trains nothing."""
+    from hydra.errors import HydraException
+
     configure_logging()
-    flags = [a for a in argv if a.startswith("-")]
-    show = flags in (["--cfg"], ["-c"]) and "job" in argv
+    show = argv[-2:] in (["--cfg", "job"], ["-c", "job"])
+    overrides = argv[:-2] if show else argv
     try:
-        if flags and not show:
+        if stray := [a for a in overrides if "=" not in a and not a.startswith("~")]:
             raise ValueError(
-                f"resume: of Hydra's flags only --cfg job is taken with resume=, got {flags}"
+                f"resume: expected key=value, +key=value or ~key overrides (of Hydra's flags "
+                f"only a final --cfg job), got {stray}"
             )
         from fuselab_rl.runner import compose_resume_config
 
-        overrides = [a for a in argv if "=" in a]
         cfg, checkpoint = compose_resume_config(overrides)
     except USAGE_ERRORS as error:
         fail(error)
+        return
+    except HydraException as error:  # e.g. a task that is not on the search path
+        fail(ValueError(f"resume: {error}"))
         return
     if show:
         sys.stdout.write(OmegaConf.to_yaml(cfg))
@@ -235,7 +239,7 @@ def evaluate(cfg: DictConfig) -> None:
             seed=cfg.seed,
             events=cfg.events,
             push=cfg.push,
-            config=OmegaConf.to_container(cfg.config),
+            config=OmegaConf.to_container(cfg.config, resolve=True),
             field_name=field,
         )
     except USAGE_ERRORS as error:

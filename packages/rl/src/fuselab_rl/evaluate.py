@@ -377,7 +377,7 @@ def evaluate(
         "iteration": checkpoint["iteration"],
         "env_steps": checkpoint.get("env_steps"),
         "train_wall_s": checkpoint.get("wall_s"),
-        "config_changes": OmegaConf.to_container(OmegaConf.create(config or {})),
+        "config_changes": OmegaConf.to_container(OmegaConf.create(dict(config or {}))),
         **evaluate_policy(
             run_config,
             policy,
@@ -399,7 +399,9 @@ def changed_config(run_config: Mapping[str, Any], changes: Mapping[str, Any]) ->
     from fuselab_envs.registry import dotted_keys
 
     base = OmegaConf.create(dict(run_config))
-    changed = OmegaConf.create(dict(changes))
+    changed = OmegaConf.create()
+    for key, value in _leaves(changes):  # nested or dotted keys alike
+        OmegaConf.update(changed, key, value, force_add=True)
     known = dotted_keys(OmegaConf.to_container(base))
     for key in dotted_keys(OmegaConf.to_container(changed)):
         if key not in known:
@@ -408,6 +410,14 @@ def changed_config(run_config: Mapping[str, Any], changes: Mapping[str, Any]) ->
     merged = OmegaConf.merge(base, changed)
     assert isinstance(merged, DictConfig)
     return merged
+
+
+def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(node, Mapping) and node:
+        for key, value in node.items():
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    else:
+        yield prefix, node
 
 
 def evaluate_policy(

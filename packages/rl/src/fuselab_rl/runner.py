@@ -100,9 +100,17 @@ def compose_config(overrides: Sequence[str] = (), config_name: str = "train") ->
     tasks registered from their own directories (``fuselab_envs.register_task``) compose too.
     With ``resume=``, the resumed run's config under the overrides
     (:func:`compose_resume_config`)."""
-    if config_name == "train" and any(o.startswith("resume=") for o in overrides):
+    if config_name == "train" and resume_given(overrides):
         return compose_resume_config(overrides)[0]
     return _compose(overrides, config_name)
+
+
+def resume_given(overrides: Sequence[str]) -> bool:
+    """Whether the overrides resume a run (``resume=`` with a value other than null)."""
+    return any(
+        o.startswith("resume=") and o.partition("=")[2].lower() not in ("", "null")
+        for o in overrides
+    )
 
 
 def _compose(overrides: Sequence[str], config_name: str) -> DictConfig:

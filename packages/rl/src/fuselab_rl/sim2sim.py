@@ -183,7 +183,8 @@ def _track(model, policy, config, decimation) -> dict[str, Any]:
     """Each clip of the export from its first frame (a dataset's clips one after another)."""
     motion = next(c for c in policy.doc["commands"].values() if c["kind"] == "motion")
     clips = motion.get("clips") or [{"name": "clip", "first_frame": 0, "frames": motion["frames"]}]
-    tracked = {c["name"]: _track_clip(model, policy, config, decimation, c) for c in clips}
+    rules = _failure_rules(config, motion["bodies"])
+    tracked = {c["name"]: _track_clip(model, policy, rules, decimation, c) for c in clips}
     measured = sum(t["frames_measured"] for t in tracked.values())
     overall = {
         "success_rate": float(np.mean([t["success_rate"] for t in tracked.values()])),
@@ -200,9 +201,10 @@ def _track(model, policy, config, decimation) -> dict[str, Any]:
     return {"from_first_frame": overall | ({"clips": tracked} if len(clips) > 1 else {})}
 
 
-def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict[str, Any]:
+def _track_clip(model, policy, rules, decimation, clip: dict[str, Any]) -> dict[str, Any]:
     """One clip of the export (its frames ``first_frame`` .. ``first_frame + frames - 1``) from
-    its start; MPKPE over its own frames (not its lead frames from and to rest)."""
+    its start until one of the failure ``rules`` breaks; MPKPE over its own frames (not its lead
+    frames from and to rest)."""
     first, frames = clip["first_frame"], clip["frames"]
     own = range(clip.get("lead_in", 0), frames - clip.get("lead_out", 0))
     doc = policy.doc
@@ -212,7 +214,6 @@ def _track_clip(model, policy, config, decimation, clip: dict[str, Any]) -> dict
     robot = Robot(model, policy, decimation)
     reference = policy.reference(np.arange(first, first + frames))
     robot.reset(*_reference_state(model, doc, reference, body_ids))
-    rules = _failure_rules(config, bodies)
     rows = [body_ids[name] for name in bodies]
     inputs = {
         "motion_body_pos_w": reference["ref_body_pos_w"],
@@ -337,7 +338,7 @@ def _failure_rules(config, bodies: list[str]) -> list[Callable[[dict[str, np.nda
     """The task's failure rules, each its registered term's own Python code on one robot (row
     0) with the body names of its params turned into rows of ``bodies``; a rule that reads what
     this loop does not measure is left out, named in a warning."""
-    from fuselab_env_core.terms import NAME_TYPES
+    from fuselab_env_core.terms import NAME_TYPES, Body
 
     rules = []
     for term, given, key in _terminations(config):
@@ -349,18 +350,20 @@ def _failure_rules(config, bodies: list[str]) -> list[Callable[[dict[str, np.nda
         params = term.values(given)
         for param in term.params:
             if param.type in NAME_TYPES:
-                params[param.name] = _rows(params[param.name], bodies, f"{key}.params.{param.name}")
+                rows = _rows(params[param.name], bodies, f"{key}.params.{param.name}")
+                params[param.name] = rows[0] if param.type is Body else rows
         rules.append(functools.partial(_broken, term, params))
     return rules
 
 
-def _rows(names: str | list[str], bodies: list[str], field: str) -> int | tuple[int, ...]:
-    """A body name's row in ``bodies`` (a list of names: their rows)."""
-    for name in [names] if isinstance(names, str) else names:
+def _rows(names: str | list[str], bodies: list[str], field: str) -> tuple[int, ...]:
+    """The rows of body names in ``bodies``."""
+    names = [names] if isinstance(names, str) else names
+    for name in names:
         if name not in bodies:
             raise ValueError(f"{field}: {name!r} is not a tracked body of the export; tracked: "
                              f"{', '.join(bodies)}")  # fmt: skip
-    return bodies.index(names) if isinstance(names, str) else tuple(map(bodies.index, names))
+    return tuple(map(bodies.index, names))
 
 
 def _broken(term, params: dict[str, Any], inputs: dict[str, np.ndarray]) -> bool:
