@@ -393,27 +393,32 @@ def evaluate(
 
 
 def changed_config(run_config: Mapping[str, Any], changes: Mapping[str, Any]) -> DictConfig:
-    """The run's config with ``changes`` (a nested mapping of its keys) merged in; a key the run's
-    config does not have is an error naming it and the nearest keys."""
+    """The run's config with ``changes`` (a mapping of its keys, nested or dotted) set; a key the
+    run's config does not have (OmegaConf's struct mode refuses it) is an error naming it and
+    the nearest keys."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
     from fuselab_env_core.terms import did_you_mean
     from fuselab_envs.registry import dotted_keys
 
-    base = OmegaConf.create(dict(run_config))
-    changed = OmegaConf.create()
-    for key, value in _leaves(changes):  # nested or dotted keys alike
-        OmegaConf.update(changed, key, value, force_add=True)
-    known = dotted_keys(OmegaConf.to_container(base))
-    for key in dotted_keys(OmegaConf.to_container(changed)):
-        if key not in known:
-            hint = did_you_mean(key, known, cutoff=0.5, list_known=False) or "; no similar key"
-            raise KeyError(f"config.{key}: no key {key!r} in the run's config{hint}")
-    merged = OmegaConf.merge(base, changed)
-    assert isinstance(merged, DictConfig)
-    return merged
+    changed = OmegaConf.create(dict(run_config))
+    OmegaConf.set_struct(changed, True)
+    for key, value in _leaves(changes):
+        try:
+            OmegaConf.update(changed, key, value, merge=True)
+        except (ConfigAttributeError, ConfigKeyError) as error:
+            known = dotted_keys(OmegaConf.to_container(changed))
+            missing = error.full_key
+            hint = did_you_mean(missing, known, cutoff=0.5, list_known=False) or "; no similar key"
+            message = f"config.{missing}: no key {missing!r} in the run's config{hint}"
+            raise KeyError(message) from None
+    OmegaConf.set_struct(changed, False)
+    return changed
 
 
 def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    if isinstance(node, Mapping) and node:
+    """(dotted key, value) of every leaf; an empty mapping is a leaf, except at the top."""
+    if isinstance(node, Mapping) and (node or not prefix):
         for key, value in node.items():
             yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
     else:
