@@ -7,7 +7,7 @@ import pytest
 
 from fuselab_env_core.rotations import np_quat_mul as quat_mul
 from fuselab_envs.motion import MotionClip, MotionFileError, load_motion, synth_clip
-from fuselab_envs.motion.clip import REQUIRED_FIELDS, quat_slerp
+from fuselab_envs.motion.clip import REQUIRED_FIELDS, quat_slerp, velocity_mismatches
 from fuselab_envs.motion.convert import load_model
 from fuselab_sim_backends.model import model_facts
 
@@ -146,6 +146,44 @@ def test_nearly_unit_quaternions_are_accepted_and_normalised(tmp_path, clip):
     fields["body_quat_w"] = clip.body_quat_w * np.float32(1.0 + 5e-4)
     loaded = _load(_write(tmp_path, fields))
     np.testing.assert_allclose(np.linalg.norm(loaded.body_quat_w, axis=-1), 1.0, atol=1e-6)
+
+
+def test_velocities_that_contradict_the_poses_are_recomputed_from_them(tmp_path, clip, caplog):
+    fields = _fields(clip)
+    # the box lift's fault: the root's angular velocity taken in the wrong frame moves every
+    # body's velocities off the rate of change of its pose (here: a spin about x added)
+    fields["body_ang_vel_w"] = fields["body_ang_vel_w"] + np.array([1.0, 0.0, 0.0], np.float32)
+    fields["body_lin_vel_w"] = fields["body_lin_vel_w"] + np.array([0.0, 0.3, 0.0], np.float32)
+    path = _write(tmp_path, fields)
+    with caplog.at_level("WARNING"):
+        loaded = _load(path)
+    for field in ("body_lin_vel_w", "body_ang_vel_w"):  # the synthetic clip's own, to rounding
+        np.testing.assert_allclose(getattr(loaded, field), getattr(clip, field), atol=1e-3)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2
+    assert warned[0].startswith(f"{path}: body_lin_vel_w differs from the rate of change of ")
+    assert "body_pos_w by 0.3 m/s (median; up to 0.05" in warned[0]
+    assert "body_ang_vel_w differs from the rate of change of body_quat_w by 1 rad/s" in warned[1]
+    kept = _load(path, file_velocities=True)  # what fuselab-motion inspect reports on
+    np.testing.assert_array_equal(kept.body_lin_vel_w, fields["body_lin_vel_w"])
+    assert set(velocity_mismatches(kept)) == {"body_lin_vel_w", "body_ang_vel_w"}
+
+    fields = _fields(clip)
+    fields["joint_vel"] = 2.0 * fields["joint_vel"] + 0.1  # another unit, say
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        np.testing.assert_allclose(
+            _load(_write(tmp_path, fields)).joint_vel, clip.joint_vel, atol=1e-5
+        )
+    assert "joint_vel differs from the rate of change of joint_pos" in caplog.text
+
+
+def test_velocities_that_agree_with_the_poses_are_kept_as_the_file_has_them(tmp_path, clip):
+    fields = _fields(clip)
+    fields["body_lin_vel_w"] = fields["body_lin_vel_w"] + np.float32(0.02)  # within the tolerance
+    loaded = _load(_write(tmp_path, fields))
+    np.testing.assert_array_equal(loaded.body_lin_vel_w, fields["body_lin_vel_w"])
+    assert velocity_mismatches(loaded) == {}
 
 
 def test_body_index(clip):

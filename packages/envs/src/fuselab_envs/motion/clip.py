@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fuselab_env_core.rotations import np_quat_conjugate as quat_conjugate
+from fuselab_env_core.rotations import np_quat_mul as quat_mul
 from fuselab_env_core.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,18 @@ FRAME_FIELDS = (
 )
 REQUIRED_FIELDS = ("fps", *FRAME_FIELDS)
 _BODY_FIELD_WIDTH = {"body_pos_w": 3, "body_quat_w": 4, "body_lin_vel_w": 3, "body_ang_vel_w": 3}
+
+# A clip's velocities are the rate of change of its poses. How far a file's may differ from the
+# poses' finite differences (median over frames and joints or bodies) before they are taken for
+# another quantity and recomputed: real clips at 50 fps differ by under 0.005 m/s and 0.02 rad/s;
+# holosoma's box lift by 0.21 m/s and 1.03 rad/s (its body velocities follow from a root angular
+# velocity given in the world frame where MuJoCo's free joint takes the body frame).
+VELOCITY_TOLERANCE = {"joint_vel": 0.05, "body_lin_vel_w": 0.05, "body_ang_vel_w": 0.1}
+_POSE_OF_VELOCITY = {
+    "joint_vel": ("joint_pos", "rad/s"),
+    "body_lin_vel_w": ("body_pos_w", "m/s"),
+    "body_ang_vel_w": ("body_quat_w", "rad/s"),
+}
 
 
 class MotionFileError(ValueError):
@@ -81,6 +95,24 @@ def quat_slerp(q0: np.ndarray, q1: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     w1 = np.where(nearly_equal, t, np.sin(t * theta) / safe_sin)
     q = w0 * q0 + w1 * q1
     return q / np.linalg.norm(q, axis=-1, keepdims=True)
+
+
+def finite_difference(x: np.ndarray, dt: float) -> np.ndarray:
+    """d/dt along frames: central differences inside, one-sided at the two ends."""
+    return np.gradient(x, dt, axis=0)
+
+
+def angular_velocity_w(quat: np.ndarray, dt: float) -> np.ndarray:
+    """World-frame angular velocity from (w, x, y, z) orientations per frame, (T, ..., 3).
+
+    q(t + h) = exp(w h) q(t) in the world frame, so w is the rotation vector of
+    q(t + h) q(t - h)^-1 over 2h (central), or of q(t + h) q(t)^-1 over h at the ends.
+    """
+    omega = np.empty((*quat.shape[:-1], 3))
+    omega[1:-1] = quat_to_rotvec(quat_mul(quat[2:], quat_conjugate(quat[:-2]))) / (2.0 * dt)
+    omega[0] = quat_to_rotvec(quat_mul(quat[1], quat_conjugate(quat[0]))) / dt
+    omega[-1] = quat_to_rotvec(quat_mul(quat[-1], quat_conjugate(quat[-2]))) / dt
+    return omega
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +259,48 @@ class MotionClip:
                     np.lib.format.write_array(member, array, allow_pickle=False)
         log.info("save motion %s: %d frames at %g fps", path, self.num_frames, self.fps)
         return path
+
+
+def pose_rates(clip: MotionClip) -> dict[str, np.ndarray]:
+    """Each velocity field of ``clip`` as the rate of change of its pose (finite differences)."""
+    dt = 1.0 / clip.fps
+    return {
+        "joint_vel": finite_difference(clip.joint_pos.astype(np.float64), dt),
+        "body_lin_vel_w": finite_difference(clip.body_pos_w.astype(np.float64), dt),
+        "body_ang_vel_w": angular_velocity_w(clip.body_quat_w.astype(np.float64), dt),
+    }
+
+
+def velocity_mismatches(
+    clip: MotionClip, rates: dict[str, np.ndarray] | None = None
+) -> dict[str, str]:
+    """The velocity fields that contradict the poses beyond ``VELOCITY_TOLERANCE``, each with a
+    line that says by how much; ``rates`` are :func:`pose_rates` when already computed."""
+    rates = pose_rates(clip) if rates is None else rates
+    found = {}
+    for field, rate in rates.items():
+        difference = rate - getattr(clip, field)
+        size = np.abs(difference) if field == "joint_vel" else np.linalg.norm(difference, axis=-1)
+        median = float(np.median(size))
+        if median > VELOCITY_TOLERANCE[field]:
+            pose, unit = _POSE_OF_VELOCITY[field]
+            found[field] = (
+                f"{field} differs from the rate of change of {pose} by {median:.3g} {unit} "
+                f"(median; up to {VELOCITY_TOLERANCE[field]:g} is taken as the same motion)"
+            )
+    return found
+
+
+def with_consistent_velocities(clip: MotionClip) -> MotionClip:
+    """``clip`` with each velocity field that contradicts its poses recomputed from them (a
+    warning names the field): a reference whose velocities and poses disagree rewards motion
+    that no robot following the poses makes."""
+    rates = pose_rates(clip)
+    mismatches = velocity_mismatches(clip, rates)
+    for line in mismatches.values():
+        log.warning("%s: %s; recomputed from the poses", clip.source, line)
+    fixed = {field: rates[field].astype(np.float32) for field in mismatches}
+    return replace(clip, **fixed) if fixed else clip
 
 
 def join(clips: Sequence[MotionClip], source: str) -> MotionClip:
@@ -439,13 +513,16 @@ def load_motion(
     joint_names: Sequence[str],
     body_names: Sequence[str],
     fps: float | None = None,
+    file_velocities: bool = False,
 ) -> MotionClip:
     """Load a BeyondMimic-layout ``.npz`` onto a model's joints and bodies.
 
     ``joint_names`` are the model's hinge joints and ``body_names`` its bodies, both in model
     order (a leading 'world' body is dropped). The file is matched by its ``joint_names`` /
     ``body_names`` arrays when present (extra entries ignored), otherwise by order. ``fps=None``
-    keeps the file's rate; any other value resamples the clip to it.
+    keeps the file's rate; any other value resamples the clip to it. Velocities that contradict
+    the file's poses are recomputed from them (:func:`with_consistent_velocities`) unless
+    ``file_velocities`` (what ``fuselab-motion inspect`` reports on).
     """
     started = time.perf_counter()
     path = Path(path)
@@ -503,6 +580,8 @@ def load_motion(
         **{field: np.ascontiguousarray(array, dtype=np.float32) for field, array in arrays.items()},
         source=str(path),
     )
+    if not file_velocities:
+        clip = with_consistent_velocities(clip)
     if fps is not None:
         clip = clip.resample(fps)
     log.info(

@@ -28,19 +28,18 @@ import numpy as np
 from tqdm import tqdm
 
 from fuselab_env_core.rotations import np_quat_apply as quat_rotate
-from fuselab_env_core.rotations import np_quat_conjugate as quat_conjugate
-from fuselab_env_core.rotations import np_quat_mul as quat_mul
 from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.g1 import G1_XML_PATH
 from fuselab_envs.motion.clip import (
     MIN_FRAMES,
     MotionClip,
     MotionFileError,
+    angular_velocity_w,
+    finite_difference,
     frame_rate,
     lerp_frames,
     load_motion,
     name_array,
-    quat_to_rotvec,
     read_npz_fields,
     resample_grid,
     slerp_frames,
@@ -106,24 +105,6 @@ def forward_kinematics(
         body_pos[k] = data.xpos[1:]
         body_quat[k] = data.xquat[1:]
     return body_pos, body_quat
-
-
-def finite_difference(x: np.ndarray, dt: float) -> np.ndarray:
-    """d/dt along frames: central differences inside, one-sided at the two ends."""
-    return np.gradient(x, dt, axis=0)
-
-
-def angular_velocity_w(quat: np.ndarray, dt: float) -> np.ndarray:
-    """World-frame angular velocity from (w, x, y, z) orientations per frame, (T, ..., 3).
-
-    q(t + h) = exp(w h) q(t) in the world frame, so w is the rotation vector of
-    q(t + h) q(t - h)^-1 over 2h (central), or of q(t + h) q(t)^-1 over h at the ends.
-    """
-    omega = np.empty((*quat.shape[:-1], 3))
-    omega[1:-1] = quat_to_rotvec(quat_mul(quat[2:], quat_conjugate(quat[:-2]))) / (2.0 * dt)
-    omega[0] = quat_to_rotvec(quat_mul(quat[1], quat_conjugate(quat[0]))) / dt
-    omega[-1] = quat_to_rotvec(quat_mul(quat[-1], quat_conjugate(quat[-2]))) / dt
-    return omega
 
 
 def clip_from_trajectory(
