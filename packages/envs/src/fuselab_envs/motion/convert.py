@@ -137,6 +137,17 @@ def clip_from_trajectory(
     )
 
 
+def foot_bodies(model: mujoco.MjModel) -> tuple[int, ...]:
+    """The bodies that carry the model's foot sites (``FOOT_SITES``), in that order."""
+    bodies = []
+    for site in FOOT_SITES:
+        site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
+        if site_id < 0:
+            raise ValueError(f"model: expected foot sites {FOOT_SITES}, {site!r} is missing")
+        bodies.append(int(model.site_bodyid[site_id]))
+    return tuple(bodies)
+
+
 def lowest_foot_points(
     model: mujoco.MjModel,
     body_names: tuple[str, ...],
@@ -149,11 +160,7 @@ def lowest_foot_points(
     model's foot sites.
     """
     heights = []
-    for site in FOOT_SITES:
-        site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
-        if site_id < 0:
-            raise ValueError(f"model: expected foot sites {FOOT_SITES}, {site!r} is missing")
-        body_id = int(model.site_bodyid[site_id])
+    for body_id in foot_bodies(model):
         body_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, body_id)
         column = body_names.index(body_name)
         geoms = [

