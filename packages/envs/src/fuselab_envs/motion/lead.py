@@ -91,16 +91,8 @@ def _blend(clip: MotionClip, lead: Lead, *, first: bool, frames: int) -> MotionC
     joint_pos = (1.0 - a) * rest_joints + a * end_joints
 
     feet = foot_bodies(model)
-    columns = [clip.body_index(_body_name(model, body)) for body in feet]
-    spot = clip.body_pos_w[end, columns].astype(np.float64)  # (F, 3)
-    tilt = clip.body_quat_w[end, columns].astype(np.float64)  # (F, 4)
-    rest_feet, _ = forward_kinematics(
-        model, rest_pos[None], rest_quat[None], rest_joints[None], progress=False
-    )
-    feet_pos = np.broadcast_to(spot, (frames + 1, *spot.shape)).copy()
-    feet_pos[..., 2] = (1.0 - a) * rest_feet[0, [body - 1 for body in feet], 2] + a * spot[:, 2]
-    flat = np.broadcast_to(np_yaw_quat(tilt), (frames + 1, *tilt.shape))
-    feet_quat = quat_slerp(flat, np.broadcast_to(tilt, flat.shape), alpha[:, None])
+    rest = np.concatenate([rest_pos, rest_quat, rest_joints])
+    feet_pos, feet_quat = _foot_targets(model, clip, feet, end, rest, alpha)
     # solved outwards from the clip's own frame, where the blend already puts the feet
     outwards = slice(None, None, -1) if first else slice(None)
     joint_pos = planted(
@@ -125,6 +117,31 @@ def _blend(clip: MotionClip, lead: Lead, *, first: bool, frames: int) -> MotionC
         raise ValueError(f"{clip.source}: lead frames: the clip is not on the lead's model")
     keep = slice(0, frames) if first else slice(1, frames + 1)  # drop the clip's own frame
     return led.cut(keep)
+
+
+def _foot_targets(
+    model: mujoco.MjModel,
+    clip: MotionClip,
+    feet: tuple[int, ...],
+    end: int,
+    rest: np.ndarray,
+    alpha: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each foot's position (T, F, 3) and orientation (T, F, 4) over the lead: on the spot where
+    the clip's ``end`` frame has it, its height and tilt blended by ``alpha`` from those of the
+    ``rest`` pose (root position, root quaternion, joints; the foot flat) to the clip's."""
+    columns = [clip.body_index(_body_name(model, body)) for body in feet]
+    spot = clip.body_pos_w[end, columns].astype(np.float64)  # (F, 3)
+    tilt = clip.body_quat_w[end, columns].astype(np.float64)  # (F, 4)
+    rest_body_pos, _ = forward_kinematics(
+        model, rest[None, 0:3], rest[None, 3:7], rest[None, 7:], progress=False
+    )
+    rest_height = rest_body_pos[0, [body - 1 for body in feet], 2]  # FK has no 'world' row
+    a = alpha[:, None]
+    feet_pos = np.broadcast_to(spot, (len(alpha), *spot.shape)).copy()
+    feet_pos[..., 2] = (1.0 - a) * rest_height + a * spot[:, 2]
+    flat = np.broadcast_to(np_yaw_quat(tilt), (len(alpha), *tilt.shape))
+    return feet_pos, quat_slerp(flat, np.broadcast_to(tilt, flat.shape), a)
 
 
 def planted(
