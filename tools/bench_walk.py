@@ -53,26 +53,36 @@ def events_cost(env, task: str, actions: np.ndarray, steps: int, args) -> dict:
     nominal = fuselab_envs.make(task, ["env.randomize=false"], num_envs=env.num_envs)
     for _ in range(args.warmup):
         nominal.step(actions)
-    outside = {"randomized": [], "nominal": []}
-    totals = []
-    for _ in range(args.repeats):
-        for name, stepped in (("randomized", env), ("nominal", nominal)):
-            timed = time_full_steps(stepped, actions, steps, 1)
-            step_s = 1.0 / timed["full_step"]["env_steps_per_s"] * stepped.num_envs
-            outside[name].append(step_s * timed["full_step"]["non_physics_share_pct"] / 100.0)
-            if name == "randomized":
-                totals.append(step_s)
+    outside, step_s = outside_physics_s(
+        {"randomized": env, "nominal": nominal}, actions, steps, args
+    )
     nominal.close()
-    randomized_s, nominal_s = (float(np.median(outside[n])) for n in ("randomized", "nominal"))
-    step_s = float(np.median(totals))
     return {
-        "randomized_outside_physics_ms": randomized_s * 1e3,
-        "nominal_outside_physics_ms": nominal_s * 1e3,
+        "randomized_outside_physics_ms": outside["randomized"] * 1e3,
+        "nominal_outside_physics_ms": outside["nominal"] * 1e3,
         "step_ms": step_s * 1e3,
-        "cost_pct": (randomized_s - nominal_s) / step_s * 100.0,
+        "cost_pct": (outside["randomized"] - outside["nominal"]) / step_s * 100.0,
         "goal_pct": 1.0,
         "per_env_model_bytes": env.backend.per_env_model_bytes(),
     }
+
+
+def outside_physics_s(envs: dict, actions: np.ndarray, steps: int, args) -> tuple[dict, float]:
+    """Each env's time outside the physics per step (s, median of ``args.repeats``), the envs
+    stepped alternately so a drift of the machine's speed falls on all of them; and the first
+    env's whole step (s, median)."""
+    first = next(iter(envs))
+    outside: dict[str, list[float]] = {name: [] for name in envs}
+    totals = []
+    for _ in range(args.repeats):
+        for name, stepped in envs.items():
+            timed = time_full_steps(stepped, actions, steps, 1)
+            step_s = 1.0 / timed["full_step"]["env_steps_per_s"] * stepped.num_envs
+            outside[name].append(step_s * timed["full_step"]["non_physics_share_pct"] / 100.0)
+            if name == first:
+                totals.append(step_s)
+    medians = {name: float(np.median(times)) for name, times in outside.items()}
+    return medians, float(np.median(totals))
 
 
 def time_full_steps(env, actions, steps: int, repeats: int) -> dict:
