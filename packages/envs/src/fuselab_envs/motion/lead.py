@@ -168,7 +168,8 @@ def planted(
     data = mujoco.MjData(model)
     jac_pos, jac_rot = np.zeros((3, model.nv)), np.zeros((3, model.nv))
 
-    def foot_error() -> tuple[np.ndarray, np.ndarray]:
+    def foot_error(k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The feet's position and rotation errors in frame ``k`` and their Jacobian."""
         mujoco.mj_kinematics(model, data)
         mujoco.mj_comPos(model, data)
         errors, rows = [], []
@@ -187,7 +188,7 @@ def planted(
         data.qpos[facts.joint_qpos_adr] = solved[k]
         best, best_error = data.qpos[qpos_adr].copy(), np.inf
         for _ in range(IK_ITERATIONS):
-            error, jacobian = foot_error()
+            error, jacobian = foot_error(k)
             size = float(np.linalg.norm(error))
             if size < best_error:
                 best, best_error = data.qpos[qpos_adr].copy(), size
@@ -195,7 +196,7 @@ def planted(
                 break
             normal = jacobian @ jacobian.T + IK_DAMPING * np.eye(len(error))
             step = jacobian.T @ np.linalg.solve(normal, error)
-            step *= min(1.0, IK_MAX_STEP_RAD / np.abs(step).max())
+            step *= IK_MAX_STEP_RAD / max(IK_MAX_STEP_RAD, float(np.abs(step).max()))
             data.qpos[qpos_adr] = np.clip(data.qpos[qpos_adr] + step, low, high)
         solved[k, chain] = best
     return solved
