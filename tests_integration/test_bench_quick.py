@@ -25,7 +25,10 @@ def test_bench_quick_writes_a_valid_report(tmp_path):
     assert core["fused_vs_numpy"]["speedup"] > 1.0
     assert "fused kernel vs NumPy runtime" in done.stdout
     dataset = report["suites"]["tracking"]["dataset"]
-    assert dataset["clips"] == 16 and dataset["table_frames"] > 16 * 150  # 3-12 s at 50 fps
+    frames = dataset["table_frames"]
+    assert dataset["clips"] == 16 and frames["copies"] == 16 * frames["one_clip"]
+    assert frames["mixed"] > 16 * 150  # 3-12 s at 50 fps
+    assert set(dataset["cost_pct"]) == {"copies", "mixed"}
     assert "a dataset of 16 clips" in done.stdout
     report_md = (tmp_path / "report.md").read_text()
     for section in ("## core", "## backends", "## walk", "step_time_vs_n.png"):

@@ -53,7 +53,7 @@ def events_cost(env, task: str, actions: np.ndarray, steps: int, args) -> dict:
     nominal = fuselab_envs.make(task, ["env.randomize=false"], num_envs=env.num_envs)
     for _ in range(args.warmup):
         nominal.step(actions)
-    outside, step_s = outside_physics_s(
+    outside, step_s, _ = outside_physics_s(
         {"randomized": env, "nominal": nominal}, actions, steps, args
     )
     nominal.close()
@@ -67,22 +67,28 @@ def events_cost(env, task: str, actions: np.ndarray, steps: int, args) -> dict:
     }
 
 
-def outside_physics_s(envs: dict, actions: np.ndarray, steps: int, args) -> tuple[dict, float]:
+def outside_physics_s(
+    envs: dict, actions: np.ndarray, steps: int, args
+) -> tuple[dict, float, dict]:
     """Each env's time outside the physics per step (s, median of ``args.repeats``), the envs
-    stepped alternately so a drift of the machine's speed falls on all of them; and the first
-    env's whole step (s, median)."""
+    stepped alternately so a drift of the machine's speed falls on all of them; the first env's
+    whole step (s, median); and each env's rows reset per step (mean: how far their episodes
+    differ)."""
     first = next(iter(envs))
     outside: dict[str, list[float]] = {name: [] for name in envs}
+    resets: dict[str, list[float]] = {name: [] for name in envs}
     totals = []
     for _ in range(args.repeats):
         for name, stepped in envs.items():
             timed = time_full_steps(stepped, actions, steps, 1)
             step_s = 1.0 / timed["full_step"]["env_steps_per_s"] * stepped.num_envs
             outside[name].append(step_s * timed["full_step"]["non_physics_share_pct"] / 100.0)
+            resets[name].append(timed["kernel_passes_per_step"]["done_rows"])
             if name == first:
                 totals.append(step_s)
     medians = {name: float(np.median(times)) for name, times in outside.items()}
-    return medians, float(np.median(totals))
+    rows_reset = {name: float(np.mean(counts)) for name, counts in resets.items()}
+    return medians, float(np.median(totals)), rows_reset
 
 
 def time_full_steps(env, actions, steps: int, repeats: int) -> dict:
