@@ -216,9 +216,17 @@ def check_schema(report: dict) -> None:
         if name not in SUITES or not isinstance(suite, dict) or not suite:
             raise ValueError(f"bench report: suite {name!r} is unknown or empty")
         for metric, values in suite.items():
-            numbers = [v for v in values.values() if isinstance(v, (int, float))]
-            if not all(np.isfinite(numbers)):
+            if not all(np.isfinite(list(_numbers(values)))):
                 raise ValueError(f"bench report: {name}.{metric} has a non-finite number")
+
+
+def _numbers(values: dict):
+    """The numbers of a metric's fields, those of nested fields (per env, per clip set) too."""
+    for value in values.values():
+        if isinstance(value, dict):
+            yield from _numbers(value)
+        elif isinstance(value, (int, float)):
+            yield value
 
 
 def print_table(name: str, rows: list[tuple[str, str, str]]) -> None:

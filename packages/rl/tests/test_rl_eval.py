@@ -167,6 +167,30 @@ def test_a_dataset_is_tracked_clip_by_clip_from_its_first_frame_and_spread_start
         evaluate_policy(cfg, hold_default, num_envs=1)
 
 
+def test_each_failed_start_is_put_down_to_the_rules_that_ended_it():
+    import torch
+
+    # a position rule of 0.1 mm ends every start at its first step (the torso leaves the clip's)
+    overrides = ["terminations.anchor_pos.params.threshold_m=0.0001", *NO_LEAD]
+    cfg = fuselab_envs.compose("g1_motion_tracking", overrides)
+
+    def hold_default(obs: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(obs.shape[0], 29)
+
+    report = evaluate_policy(cfg, hold_default, num_envs=2)
+    first = report["metrics"]["from_first_frame"]
+    assert first["success_rate"] == 0.0
+    assert first["failed_by"] == {  # time_out ends an episode but is no failure
+        "anchor_height": 0.0,
+        "anchor_pos": 1.0,
+        "anchor_ori": 0.0,
+        "end_effector_height": 0.0,
+        "non_finite": 0.0,
+    }
+    text = format_report({**report, "checkpoint": "-", "iteration": 0})
+    assert "from_first_frame: failures by rule (share of the starts): anchor_pos 100%" in text
+
+
 def test_the_eval_config_keeps_the_nominal_robot_the_training_or_the_task_events_and_adds_pushes():
     from fuselab_env_core.events import EVENTS
 

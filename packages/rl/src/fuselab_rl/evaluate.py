@@ -272,21 +272,35 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
         env.robot.update()
         env.terms.observe()
         errors = TrackingErrors(motion, list(cfg.bodies.end_effectors), n)
+        rules = [k for k, call in enumerate(env.terms.plan.terminations) if not call.time_out]
+        names = [env.terms.plan.terminations[k].entry for k in rules]
         active, failed = np.ones(n, np.bool_), np.zeros(n, np.bool_)
+        failed_by = np.zeros((n, len(rules)), np.bool_)  # the rules that ended each failed row
         obs = env.terms.buffers.obs
         while active.any():
             result = env.step(policy_actions(policy, obs["actor"]))
             obs = result.obs
             done = result.terminated | result.truncated
-            failed |= active & result.terminated
+            failing = active & result.terminated
+            failed |= failing
+            failed_by[failing] = env.terms.buffers.termination_terms[failing][:, rules]
             errors.add(env, np.flatnonzero(active & ~done))
             active &= ~done
     finally:
         env.close()
 
-    def measured(rows: np.ndarray) -> dict[str, float]:
+    def measured(rows: np.ndarray) -> dict[str, Any]:
         success = float(1.0 - failed[rows].mean())
-        return {"success_rate": success, **errors.summary(rows), "envs": int(len(rows))}
+        shares = {name: float(failed_by[rows, k].mean()) for k, name in enumerate(names)}
+        # a row that no rule ended failed on a non-finite action, state, reward or observation
+        unexplained = failed[rows] & ~failed_by[rows].any(axis=1)
+        shares["non_finite"] = float(unexplained.mean())
+        return {
+            "success_rate": success,
+            **errors.summary(rows),
+            "envs": int(len(rows)),
+            "failed_by": shares,  # the share of the rows each rule ended (a row may count twice)
+        }
 
     report = measured(np.arange(n))
     if motion.dataset.num_clips > 1:
@@ -534,11 +548,24 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("  ".join([f"{name:>{width}}", *cells]))
     if "from_first_frame" in report["metrics"] and "clips" in report["metrics"]["from_first_frame"]:
         worst = ", ".join(
-            f"{w['clip']} ({w['success_rate']:.0%}, {w['mpkpe_mm']:.0f} mm)"
+            f"{w['clip']} ({w['success_rate']:.0%}, {w['mpkpe_mm']:.0f} mm{_ended_by(w)})"
             for w in worst_clips(report["metrics"])
         )
         lines.append(f"worst clips from the first frame: {worst}")
+    for name, values in report["metrics"].items():
+        ended = [
+            f"{rule} {share:.0%}" for rule, share in values.get("failed_by", {}).items() if share
+        ]
+        if ended:
+            lines.append(f"{name}: failures by rule (share of the starts): {', '.join(ended)}")
     return "\n".join(lines) + "\n"
+
+
+def _ended_by(values: dict[str, Any]) -> str:
+    """``; ended by RULE``: the rule that ended most of a group's failed starts, if any."""
+    shares = values.get("failed_by", {})
+    rule = max(shares, key=shares.get, default=None)
+    return f"; ended by {rule}" if rule and shares[rule] else ""
 
 
 def write_report(report: dict[str, Any], path: str | Path) -> Path:
