@@ -554,7 +554,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"worst clips from the first frame: {worst}")
     for name, values in report["metrics"].items():
         ended = [
-            f"{rule} {share:.0%}" for rule, share in values.get("failed_by", {}).items() if share
+            f"{rule} {share:.0%}"
+            for rule, share in values.get("failed_by", {}).items()
+            if share >= 0.005  # what rounds to 0% is left out
         ]
         if ended:
             lines.append(f"{name}: failures by rule (share of the starts): {', '.join(ended)}")
