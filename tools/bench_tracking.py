@@ -121,11 +121,9 @@ def dataset_cost(env, actions: np.ndarray, steps: int, args) -> dict:
     for dataset in datasets.values():
         for _ in range(args.warmup):
             dataset.step(actions)
-    outside, step_s, resets = outside_physics_s({"one_clip": env, **datasets}, actions, steps, args)
-    frames = {
-        name: int(stepped.commands["motion"].dataset.table.num_frames)
-        for name, stepped in {"one_clip": env, **datasets}.items()
-    }
+    envs = {"one_clip": env, **datasets}
+    outside, step_s, resets = outside_physics_s(envs, actions, steps, args)
+    frames = {name: int(e.commands["motion"].dataset.table.num_frames) for name, e in envs.items()}
     for dataset in datasets.values():
         dataset.close()
     ms = {name: seconds * 1e3 for name, seconds in outside.items()}

@@ -272,8 +272,9 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
         env.robot.update()
         env.terms.observe()
         errors = TrackingErrors(motion, list(cfg.bodies.end_effectors), n)
-        rules = [k for k, call in enumerate(env.terms.plan.terminations) if not call.time_out]
-        names = [env.terms.plan.terminations[k].entry for k in rules]
+        # the failure rules: the columns of every termination but the time-outs
+        calls = env.terms.plan.terminations
+        rules = [k for k, call in enumerate(calls) if not call.time_out]
         active, failed = np.ones(n, np.bool_), np.zeros(n, np.bool_)
         failed_by = np.zeros((n, len(rules)), np.bool_)  # the rules that ended each failed row
         obs = env.terms.buffers.obs
@@ -291,7 +292,9 @@ def _track(cfg: DictConfig, policy: Callable, spread: bool) -> dict:
 
     def measured(rows: np.ndarray) -> dict[str, Any]:
         success = float(1.0 - failed[rows].mean())
-        shares = {name: float(failed_by[rows, k].mean()) for k, name in enumerate(names)}
+        shares = {
+            calls[rule].entry: float(failed_by[rows, k].mean()) for k, rule in enumerate(rules)
+        }
         # a row that no rule ended failed on a non-finite action, state, reward or observation
         unexplained = failed[rows] & ~failed_by[rows].any(axis=1)
         shares["non_finite"] = float(unexplained.mean())
