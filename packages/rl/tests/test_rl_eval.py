@@ -130,6 +130,28 @@ def test_tracking_errors_measure_a_clips_own_frames_not_its_lead_frames():
     assert math.isnan(errors.summary(np.array([0]))["mpkpe_mm"])
 
 
+def test_travel_ratio_is_how_far_the_robot_moves_along_the_clips_path():
+    env = fuselab_envs.make("g1_motion_tracking", num_envs=4, num_threads=1)
+    motion = env.commands["motion"]
+    frames = int(motion.dataset.lead_in[0]) + np.arange(40, 44, dtype=np.int32)
+    qpos, qvel = motion.reference_state(frames)
+    # the robot's root: half the clip's speed (and sideways), backwards, still, and still
+    qvel[:, :3] = [[0.5, 0.3, 0.0], [-0.2, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    env.write_state(np.arange(4), qpos, qvel)
+    env.robot.update()
+    motion.motion_frame[:] = frames + 1
+    errors = TrackingErrors(motion, ["left_ankle_roll_link"], 4)
+    clip_vel = errors.arrays["motion_body_lin_vel_w"].copy()
+    clip_vel[frames[:3], errors.root] = [1.0, 0.0, 0.2]  # the clip's root walks along x at 1 m/s
+    clip_vel[frames[3], errors.root] = [0.05, 0.0, 0.0]  # ... and at frame 43 stays in place
+    errors.arrays = {**errors.arrays, "motion_body_lin_vel_w": clip_vel}
+    errors.add(env, np.arange(4))
+    travel = [errors.summary(np.array([row]))["travel_ratio"] for row in range(3)]
+    assert travel == pytest.approx([0.5, -0.2, 0.0], abs=1e-6)
+    assert errors.summary(np.arange(4))["travel_ratio"] == pytest.approx(0.1, abs=1e-6)
+    assert math.isnan(errors.summary(np.array([3]))["travel_ratio"])
+
+
 def test_a_dataset_is_tracked_clip_by_clip_from_its_first_frame_and_spread_starts(tmp_path):
     import torch
 

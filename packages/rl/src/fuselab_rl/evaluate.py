@@ -14,8 +14,9 @@ What is measured follows the task's command (any task built on one of these comm
 * a motion command (``motion``, G1MotionTracking): the clip from its first frame to its last,
   then from starts spread over the clip: success rate (no failure before the clip's end),
   global and root-relative MPKPE of the tracked bodies (mm), end-effector position error (mm),
-  joint position (rad) and joint velocity (rad/s) errors. Resets start exactly on the clip (no
-  reset noise).
+  joint position (rad) and joint velocity (rad/s) errors, and how far the robot travels along
+  the clip's path against the clip (``travel_ratio``: under 1 for a robot that falls behind).
+  Resets start exactly on the clip (no reset noise).
 
 Observations carry the noise the policy was trained with. A row is measured until its episode
 ends; after a fall it counts as fallen and is measured no more. The robot is the nominal one
@@ -180,9 +181,17 @@ def velocity_ranges(spec: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
 # -- motion tracking ----------------------------------------------------------------------------
 
 
+TRAVEL_MIN_SPEED_MPS = 0.1  # a clip root slower than this stays in place (travel_ratio)
+
+
 class TrackingErrors:
     """Per-env sums of the tracking errors of the rows measured; means over (env, step) of the
-    clips' own frames (a clip's lead frames from and to rest are tracked, not measured)."""
+    clips' own frames (a clip's lead frames from and to rest are tracked, not measured).
+
+    ``travel_ratio`` says whether the robot keeps up with a clip that travels: how far its root
+    moved along the clip root's direction of travel, over how far the clip's root moved, on the
+    frames where the clip's root moves (NaN for a clip that stays in place). A robot that falls
+    behind a walk scores under 1, one standing still 0."""
 
     METRICS = (
         "mpkpe_mm",
@@ -201,6 +210,8 @@ class TrackingErrors:
         self.measured = motion.dataset.motion_frames  # (T,) bool
         self.sums = {name: np.zeros(num_envs) for name in self.METRICS}
         self.samples = np.zeros(num_envs, np.int64)
+        self.travel = np.zeros(num_envs)  # the root's speeds along the clip root's direction
+        self.clip_travel = np.zeros(num_envs)  # the clip root's speeds, on the same frames
 
     def add(self, env: Any, rows: np.ndarray) -> None:
         """The rows' state after a step against the frame that step was scored on (the frame
@@ -225,13 +236,29 @@ class TrackingErrors:
         s["joint_pos_rad"][rows] += np.abs(env.robot.joint_pos[rows] - joint_pos).mean(axis=1)
         s["joint_vel_radps"][rows] += np.abs(env.robot.joint_vel[rows] - joint_vel).mean(axis=1)
         self.samples[rows] += 1
+        self._add_travel(env, rows, frames)
+
+    def _add_travel(self, env: Any, rows: np.ndarray, frames: np.ndarray) -> None:
+        clip_vel = self.arrays["motion_body_lin_vel_w"][frames, self.root, :2].astype(np.float64)
+        speed = np.linalg.norm(clip_vel, axis=1)
+        moving = speed > TRAVEL_MIN_SPEED_MPS
+        robot_vel = env.robot.body_lin_vel_w[rows, self.root, :2].astype(np.float64)
+        along = np.einsum("ij,ij->i", robot_vel, clip_vel) / np.maximum(speed, 1e-9)
+        self.travel[rows] += np.where(moving, along, 0.0)
+        self.clip_travel[rows] += np.where(moving, speed, 0.0)
 
     def summary(self, rows: np.ndarray) -> dict[str, float]:
         """Means per sample over ``rows``, as Python floats (JSON takes no NumPy scalar)."""
         count = int(self.samples[rows].sum())
+        clip_travel = float(self.clip_travel[rows].sum())
         return {
-            name: float(self.sums[name][rows].sum()) / count if count else math.nan
-            for name in self.METRICS
+            **{
+                name: float(self.sums[name][rows].sum()) / count if count else math.nan
+                for name in self.METRICS
+            },
+            "travel_ratio": float(self.travel[rows].sum()) / clip_travel
+            if clip_travel
+            else math.nan,
         }
 
 
@@ -551,7 +578,8 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("  ".join([f"{name:>{width}}", *cells]))
     if "from_first_frame" in report["metrics"] and "clips" in report["metrics"]["from_first_frame"]:
         worst = ", ".join(
-            f"{w['clip']} ({w['success_rate']:.0%}, {w['mpkpe_mm']:.0f} mm{_ended_by(w)})"
+            f"{w['clip']} ({w['success_rate']:.0%}, {w['mpkpe_mm']:.0f} mm{_travel(w)}"
+            f"{_ended_by(w)})"
             for w in worst_clips(report["metrics"])
         )
         lines.append(f"worst clips from the first frame: {worst}")
@@ -564,6 +592,12 @@ def format_report(report: dict[str, Any]) -> str:
         if ended:
             lines.append(f"{name}: failures by rule (share of the starts): {', '.join(ended)}")
     return "\n".join(lines) + "\n"
+
+
+def _travel(values: dict[str, Any]) -> str:
+    """``, travel 45%``: how far the robot kept up with a clip that travels."""
+    travel = values.get("travel_ratio", math.nan)
+    return "" if math.isnan(travel) else f", travel {travel:.0%}"
 
 
 def _ended_by(values: dict[str, Any]) -> str:
