@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -53,27 +54,34 @@ def events_cost(env, task: str, actions: np.ndarray, steps: int, args) -> dict:
     nominal = fuselab_envs.make(task, ["env.randomize=false"], num_envs=env.num_envs)
     for _ in range(args.warmup):
         nominal.step(actions)
-    outside, step_s, _ = outside_physics_s(
-        {"randomized": env, "nominal": nominal}, actions, steps, args
-    )
+    timed = outside_physics_s({"randomized": env, "nominal": nominal}, actions, steps, args)
     nominal.close()
+    outside = timed.outside_s
     return {
         "randomized_outside_physics_ms": outside["randomized"] * 1e3,
         "nominal_outside_physics_ms": outside["nominal"] * 1e3,
-        "step_ms": step_s * 1e3,
-        "cost_pct": (outside["randomized"] - outside["nominal"]) / step_s * 100.0,
+        "step_ms": timed.step_s * 1e3,
+        "cost_pct": (outside["randomized"] - outside["nominal"]) / timed.step_s * 100.0,
         "goal_pct": 1.0,
         "per_env_model_bytes": env.backend.per_env_model_bytes(),
     }
 
 
-def outside_physics_s(
-    envs: dict, actions: np.ndarray, steps: int, args
-) -> tuple[dict, float, dict]:
-    """Each env's time outside the physics per step (s, median of ``args.repeats``), the envs
+@dataclass(frozen=True)
+class Alternated:
+    """Envs stepped alternately (:func:`outside_physics_s`)."""
+
+    outside_s: dict[str, float]  # each env's time outside the physics per step (s, median)
+    step_s: float  # the first env's whole step (s, median)
+    step_spread_pct: float  # the first env's whole step, (slowest - fastest) / median repeat
+    rows_reset: dict[str, float]  # each env's rows reset per step (mean)
+
+
+def outside_physics_s(envs: dict, actions: np.ndarray, steps: int, args) -> Alternated:
+    """Each env's time outside the physics per step over ``args.repeats`` repeats, the envs
     stepped alternately so a drift of the machine's speed falls on all of them; the first env's
-    whole step (s, median); and each env's rows reset per step (mean: how far their episodes
-    differ)."""
+    whole step and how much it varies between repeats (the noise a cost is read against); and
+    each env's rows reset per step (how far their episodes differ)."""
     first = next(iter(envs))
     outside: dict[str, list[float]] = {name: [] for name in envs}
     resets: dict[str, list[float]] = {name: [] for name in envs}
@@ -86,9 +94,13 @@ def outside_physics_s(
             resets[name].append(timed["kernel_passes_per_step"]["done_rows"])
             if name == first:
                 totals.append(step_s)
-    medians = {name: float(np.median(times)) for name, times in outside.items()}
-    rows_reset = {name: float(np.mean(counts)) for name, counts in resets.items()}
-    return medians, float(np.median(totals)), rows_reset
+    median_step = float(np.median(totals))
+    return Alternated(
+        outside_s={name: float(np.median(times)) for name, times in outside.items()},
+        step_s=median_step,
+        step_spread_pct=(max(totals) - min(totals)) / median_step * 100.0,
+        rows_reset={name: float(np.mean(counts)) for name, counts in resets.items()},
+    )
 
 
 def time_full_steps(env, actions, steps: int, repeats: int) -> dict:
