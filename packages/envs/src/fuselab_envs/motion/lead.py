@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from fuselab_env_core.rotations import np_quat_conjugate, np_quat_mul, np_yaw_quat
-from fuselab_envs.motion.clip import MotionClip, join, quat_slerp, quat_to_rotvec
+from fuselab_env_core.rotations import np_quat_mul, np_yaw_quat
+from fuselab_envs.motion.clip import MotionClip, join, quat_slerp
 from fuselab_envs.motion.convert import clip_from_trajectory, foot_bodies, forward_kinematics
 from fuselab_sim_backends.model import ModelFacts, model_facts
 
@@ -167,18 +167,24 @@ def planted(
     low, high = facts.joint_ranges[chain, 0], facts.joint_ranges[chain, 1]
     data = mujoco.MjData(model)
     jac_pos, jac_rot = np.zeros((3, model.nv)), np.zeros((3, model.nv))
+    error, jacobian = np.zeros(6 * len(feet)), np.zeros((6 * len(feet), len(dof_adr)))
+    turn, turned = np.zeros(3), np.zeros(3)
 
     def foot_error(k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The feet's position and rotation errors in frame ``k`` and their Jacobian."""
+        """The feet's position and rotation errors in frame ``k`` (world frame) and their
+        Jacobian, six rows per foot."""
         mujoco.mj_kinematics(model, data)
         mujoco.mj_comPos(model, data)
-        errors, rows = [], []
         for f, body in enumerate(feet):
-            turn = np_quat_mul(feet_quat[k, f], np_quat_conjugate(data.xquat[body]))
-            errors += [feet_pos[k, f] - data.xpos[body], quat_to_rotvec(turn)]
+            position, rotation = slice(6 * f, 6 * f + 3), slice(6 * f + 3, 6 * f + 6)
+            error[position] = feet_pos[k, f] - data.xpos[body]
+            # the turn from the foot to its target, in the foot's frame, then in the world's
+            mujoco.mju_subQuat(turn, feet_quat[k, f], data.xquat[body])
+            mujoco.mju_rotVecQuat(turned, turn, data.xquat[body])
+            error[rotation] = turned
             mujoco.mj_jacBody(model, data, jac_pos, jac_rot, body)
-            rows += [jac_pos[:, dof_adr], jac_rot[:, dof_adr]]
-        return np.concatenate(errors), np.concatenate(rows)
+            jacobian[position], jacobian[rotation] = jac_pos[:, dof_adr], jac_rot[:, dof_adr]
+        return error, jacobian
 
     solved = np.array(joint_pos, dtype=np.float64)
     for k in range(len(solved)):
