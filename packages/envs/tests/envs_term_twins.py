@@ -196,11 +196,6 @@ tracking.motion_body_ori_error_exp.numpy(
 )
 tracking.motion_body_lin_vel_error_exp.numpy(_clip_error_exp)
 tracking.motion_body_ang_vel_error_exp.numpy(_clip_error_exp)
-tracking.motion_anchor_vel_xy_error_exp.numpy(
-    lambda frame, vel, clip_vel, a, std: np.exp(
-        -np.sum((clip_vel[frame, a, :2] - vel[:, a, :2]) ** 2, axis=-1) / (std * std)
-    )
-)
 tracking.motion_anchor_height_error.numpy(
     lambda frame, pos, clip_pos, a, threshold: (
         np.abs(clip_pos[frame, a, 2] - pos[:, a, 2]) > threshold

@@ -91,11 +91,6 @@ def test_every_term_matches_its_numpy_twin(seed):
     clip = random_clip(rng)
     state = random_tracking_state(rng, clip)
     terms, bound = tracking_terms(clip)
-    terms["rewards"]["anchor_vel_xy"] = {  # an option no shipped task uses
-        "term": "motion_anchor_vel_xy_error_exp",
-        "weight": 1.0,
-        "params": {"anchor_body": "torso_link", "std": 0.5},
-    }
     fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
     fused.seed_noise(seed)

@@ -254,24 +254,6 @@ def motion_body_lin_vel_error_exp(
 
 
 @reward()
-def motion_anchor_vel_xy_error_exp(
-    i,
-    motion_frame,
-    body_lin_vel_w,
-    motion_body_lin_vel_w,
-    anchor_body: Body = ANCHOR_BODY,
-    std: PositiveFloat = 0.5,
-):
-    """The anchor's planar world velocity against the motion's (std in m/s): how fast the clip
-    travels, which the body velocities' mean over every body (swinging limbs included) pays
-    little for."""
-    f, a = motion_frame[i], anchor_body
-    dx = motion_body_lin_vel_w[f, a, 0] - body_lin_vel_w[i, a, 0]
-    dy = motion_body_lin_vel_w[f, a, 1] - body_lin_vel_w[i, a, 1]
-    return math.exp(-(dx * dx + dy * dy) / (std * std))
-
-
-@reward()
 def motion_body_ang_vel_error_exp(
     i, motion_frame, body_ang_vel_w, motion_body_ang_vel_w, std: PositiveFloat = 3.14
 ):
