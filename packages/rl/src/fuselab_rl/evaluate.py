@@ -242,24 +242,23 @@ class TrackingErrors:
         clip_vel = self.arrays["motion_body_lin_vel_w"][frames, self.root, :2].astype(np.float64)
         speed = np.linalg.norm(clip_vel, axis=1)
         moving = speed > TRAVEL_MIN_SPEED_MPS
+        rows, clip_vel, speed = rows[moving], clip_vel[moving], speed[moving]
         robot_vel = env.robot.body_lin_vel_w[rows, self.root, :2].astype(np.float64)
-        along = np.einsum("ij,ij->i", robot_vel, clip_vel) / np.maximum(speed, 1e-9)
-        self.travel[rows] += np.where(moving, along, 0.0)
-        self.clip_travel[rows] += np.where(moving, speed, 0.0)
+        self.travel[rows] += np.einsum("ij,ij->i", robot_vel, clip_vel) / speed
+        self.clip_travel[rows] += speed
 
     def summary(self, rows: np.ndarray) -> dict[str, float]:
         """Means per sample over ``rows``, as Python floats (JSON takes no NumPy scalar)."""
         count = int(self.samples[rows].sum())
-        clip_travel = float(self.clip_travel[rows].sum())
-        return {
-            **{
-                name: float(self.sums[name][rows].sum()) / count if count else math.nan
-                for name in self.METRICS
-            },
-            "travel_ratio": float(self.travel[rows].sum()) / clip_travel
-            if clip_travel
-            else math.nan,
+        means = {
+            name: float(self.sums[name][rows].sum()) / count if count else math.nan
+            for name in self.METRICS
         }
+        clip_travel = float(self.clip_travel[rows].sum())
+        means["travel_ratio"] = (
+            float(self.travel[rows].sum()) / clip_travel if clip_travel else math.nan
+        )
+        return means
 
 
 def evaluate_tracking(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
