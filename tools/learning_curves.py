@@ -12,6 +12,10 @@ goal holds (iteration, minutes, env steps) and the machine's PPO iterations per 
     python tools/learning_curves.py RUN_A RUN_B RUN_C --labels seed0 seed1 seed2 -o seeds.png
     python tools/learning_curves.py RUN --events train --push 0.5 -o robust.png
     python tools/learning_curves.py NOMINAL_RUN RANDOMIZED_RUN --events randomized -o compare.png
+    python tools/learning_curves.py RUN --events train --beside docs/figures/walk.json -o new.png
+
+``--beside`` adds the runs of a JSON this tool wrote (whose run directories may be gone), when
+they were evaluated with the same options.
 """
 
 from __future__ import annotations
@@ -71,6 +75,17 @@ def curves(run_dir: Path, options: dict[str, Any], every: int) -> list[dict]:
     )
     cache_path.write_text(json.dumps(cache, indent=1) + "\n")
     return reports
+
+
+def documented_runs(figure_json: Path, options: dict[str, Any]) -> dict[str, list[dict]]:
+    """The runs' reports that a JSON written by this tool holds, evaluated with ``options``."""
+    summary = json.loads(figure_json.read_text())
+    if summary["options"] != options:
+        raise ValueError(
+            f"--beside {figure_json}: evaluated with {json.dumps(summary['options'])}, not "
+            f"{json.dumps(options)}; give the same --num-envs, --events and --push"
+        )
+    return summary["reports"]
 
 
 def panels_of(reports: list[dict]) -> list[tuple]:
@@ -157,30 +172,48 @@ def main() -> int:
     parser.add_argument("--events", default="nominal", choices=EVENT_SETS)
     parser.add_argument("--push", type=float, default=None, help="pushes of up to this, m/s")
     parser.add_argument("--title", default=None)
+    parser.add_argument(
+        "--beside", type=Path, nargs="*", default=[], help="JSONs of this tool: their runs too"
+    )
     args = parser.parse_args()
     labels = args.labels or [run.name for run in args.run_dirs]
     if len(labels) != len(args.run_dirs):
         sys.stderr.write(f"labels: {len(labels)} given for {len(args.run_dirs)} runs\n")
         return 2
     options = {"num_envs": args.num_envs, "events": args.events, "push": args.push}
-    runs, goals = {}, {}
+    runs, sources = {}, {}
+    for figure_json in args.beside:  # read first: a mismatch stops before any evaluation
+        try:
+            documented = documented_runs(figure_json, options)
+        except ValueError as error:
+            sys.stderr.write(f"{error}\n")
+            return 2
+        for label, reports in documented.items():
+            if label in runs:
+                sys.stderr.write(f"--beside {figure_json}: the run {label!r} is given twice\n")
+                return 2
+            runs[label], sources[label] = reports, str(figure_json)
+    if clash := sorted(set(labels) & set(runs)):
+        sys.stderr.write(f"labels: {clash} name runs of --beside too; give --labels\n")
+        return 2
     for label, run in zip(labels, args.run_dirs, strict=True):
         reports = curves(run, options, args.every)
         if not reports:
             sys.stderr.write(f"run_dir: no model_<iteration>.pt in {run}\n")
             return 2
-        runs[label], goals[label] = reports, first_at_goal(reports)
+        runs[label], sources[label] = reports, str(run)
+    goals = {label: first_at_goal(reports) for label, reports in runs.items()}
     for label, found in goals.items():
         sys.stdout.write(f"{label}: {json.dumps(found)}\n")
     summary = {
         "options": options,
-        "runs": {label: str(run) for label, run in zip(labels, args.run_dirs, strict=True)},
+        "runs": sources,
         "first_at_goal": goals,
         "reports": runs,
     }
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
     task = next(iter(runs.values()))[0]["task"]
-    plot(runs, args.out, args.title or f"{task}: {', '.join(labels)}")
+    plot(runs, args.out, args.title or f"{task}: {', '.join(runs)}")
     log.info("wrote %s and %s", args.out, args.out.with_suffix(".json"))
     return 0
 
