@@ -75,7 +75,7 @@ def diagnose(
     ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
     commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(SEED))
     yaw_rates, never_fell = [], np.ones(num_envs, np.bool_)
-    for _, yaw_rate, fallen in walk_rollout(cfg, load_policy(checkpoint), commands, seconds):
+    for _, yaw_rate, fallen, _ in walk_rollout(cfg, load_policy(checkpoint), commands, seconds):
         yaw_rates.append(yaw_rate.copy())
         never_fell = ~fallen
     if not yaw_rates:

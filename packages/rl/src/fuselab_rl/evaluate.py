@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from fuselab_env_core.entity import Entity
 from fuselab_env_core.rotations import np_quat_apply, np_yaw
 from fuselab_rl.checkpoint import load_checkpoint, write_text_atomic
 from fuselab_rl.play import load_policy, policy_actions
@@ -123,11 +124,11 @@ class VelocityErrors:
 
 def walk_rollout(
     cfg: DictConfig, policy: Callable, commands: np.ndarray, seconds: float
-) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, Entity]]:
     """The walk evaluation's rollout: the env of ``cfg`` (edited in place: one command per env
     for the window, no time-out), env k held at ``commands[k]``. After ``SETTLE_S``, once per
-    step: the heading-frame planar velocity (N, 2), the yaw rate (N,) and the envs fallen so far
-    (N,): the same arrays every step, updated in place (copy to keep)."""
+    step: the heading-frame planar velocity (N, 2), the yaw rate (N,), the envs fallen so far
+    (N,) and the robot's entity: the same arrays every step, updated in place (copy to keep)."""
     from fuselab_envs.registry import make_env
 
     name = command_entry(cfg, VELOCITY)
@@ -148,7 +149,7 @@ def walk_rollout(
             fallen |= result.terminated
             if step >= settle_steps:
                 planar, yaw_rate = heading_frame_velocity(env.robot.qpos, env.robot.qvel)
-                yield planar, yaw_rate, fallen
+                yield planar, yaw_rate, fallen, env.robot
     finally:
         env.close()
 
@@ -158,7 +159,7 @@ def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) 
     commands, kinds = walk_commands(ranges, cfg.num_envs, np.random.default_rng(seed))
     errors = VelocityErrors(commands)
     fallen = np.zeros(len(commands), np.bool_)  # the rollout's own array after its first step
-    for planar, yaw_rate, fallen in walk_rollout(cfg, policy, commands, seconds):
+    for planar, yaw_rate, fallen, _ in walk_rollout(cfg, policy, commands, seconds):
         errors.add(planar, yaw_rate, np.flatnonzero(~fallen))
     report = {"overall": errors.summary(np.arange(len(kinds)), fallen)}
     for k, kind in enumerate(COMMAND_KINDS):
