@@ -20,21 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.evaluate import (
     COMMAND_KINDS,
     NUM_ENVS,
     SECONDS,
-    SEED,
-    VELOCITY,
-    command_entry,
-    eval_config,
-    evaluator_of,
-    velocity_ranges,
-    walk_commands,
+    walk_checkpoint,
     walk_rollout,
 )
-from fuselab_rl.play import load_policy
 
 FORCE_THRESHOLD_N = 5.0  # a foot pressing less than this on the ground is in the air
 NAN = float("nan")  # a kind with no env left standing, or no planar command
@@ -74,12 +66,7 @@ def foot_columns(names: tuple[str, ...], feet: list[str], what: str) -> list[int
 
 def diagnose(checkpoint_path: str, num_envs: int, seconds: float) -> dict:
     """The report of one checkpoint: per kind, :func:`gait_parts`."""
-    checkpoint = load_checkpoint(checkpoint_path)
-    cfg = eval_config(checkpoint["config"], num_envs, SEED)
-    if evaluator_of(cfg) != VELOCITY:
-        raise ValueError(
-            f"checkpoint: a walking run's (a {VELOCITY} command), got {cfg.task_name!r}"
-        )
+    cfg, policy, commands, kinds = walk_checkpoint(checkpoint_path, num_envs)
     feet = list(cfg.get("bodies", {}).get("feet", []))
     if not feet:
         raise ValueError(f"checkpoint: task {cfg.task_name!r} names no bodies.feet")
@@ -87,10 +74,7 @@ def diagnose(checkpoint_path: str, num_envs: int, seconds: float) -> dict:
     contacts = foot_columns(
         tuple(cfg.entity.get("contact_bodies", ())), feet, "entity.contact_bodies"
     )
-    ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
-    commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(SEED))
     planar, touching, heights, never_fell = [], [], [], np.ones(num_envs, np.bool_)
-    policy = load_policy(checkpoint)
     for velocity, _, fallen, robot in walk_rollout(cfg, policy, commands, seconds):
         planar.append(velocity.copy())
         touching.append(robot.contact_force_w[:, contacts, 2] > FORCE_THRESHOLD_N)

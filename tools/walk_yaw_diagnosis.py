@@ -22,21 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.evaluate import (
     COMMAND_KINDS,
     NUM_ENVS,
     SECONDS,
-    SEED,
-    VELOCITY,
-    command_entry,
-    eval_config,
-    evaluator_of,
-    velocity_ranges,
-    walk_commands,
+    walk_checkpoint,
     walk_rollout,
 )
-from fuselab_rl.play import load_policy
 
 BANDS_HZ = ((0.0, 1.0), (1.0, 3.0), (3.0, np.inf))
 
@@ -64,18 +56,11 @@ def diagnose(
 ) -> dict:
     """The report of one checkpoint: per kind, :func:`yaw_error_parts`; per turning
     direction, the mean yaw rate asked and reached."""
-    checkpoint = load_checkpoint(checkpoint_path)
-    cfg = eval_config(checkpoint["config"], num_envs, SEED)
-    if evaluator_of(cfg) != VELOCITY:
-        raise ValueError(
-            f"checkpoint: a walking run's (a {VELOCITY} command), got {cfg.task_name!r}"
-        )
+    cfg, policy, commands, kinds = walk_checkpoint(checkpoint_path, num_envs)
     if clean_observations:
         cfg.observations.actor.noise = False
-    ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
-    commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(SEED))
     yaw_rates, never_fell = [], np.ones(num_envs, np.bool_)
-    for _, yaw_rate, fallen, _ in walk_rollout(cfg, load_policy(checkpoint), commands, seconds):
+    for _, yaw_rate, fallen, _ in walk_rollout(cfg, policy, commands, seconds):
         yaw_rates.append(yaw_rate.copy())
         never_fell = ~fallen
     if not yaw_rates:

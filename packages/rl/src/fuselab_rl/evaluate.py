@@ -154,6 +154,22 @@ def walk_rollout(
         env.close()
 
 
+def walk_checkpoint(
+    checkpoint_path: str, num_envs: int, seed: int = SEED
+) -> tuple[DictConfig, Callable, np.ndarray, np.ndarray]:
+    """A walking checkpoint's evaluation config, policy, commands and their kinds: what
+    fuselab-eval rolls out, for the tools that read the same rollout another way."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    cfg = eval_config(checkpoint["config"], num_envs, seed)
+    if evaluator_of(cfg) != VELOCITY:
+        raise ValueError(
+            f"checkpoint: a walking run's (a {VELOCITY} command), got {cfg.task_name!r}"
+        )
+    ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
+    commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(seed))
+    return cfg, load_policy(checkpoint), commands, kinds
+
+
 def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
     ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
     commands, kinds = walk_commands(ranges, cfg.num_envs, np.random.default_rng(seed))
