@@ -80,3 +80,19 @@ def test_a_term_reading_a_missing_task_array_names_the_known_ones():
     state = named_state(4)
     with pytest.raises(PlanError, match="reads 'floor_m', which is no state buffer, task array"):
         FusedTerms.build(named_cfg(), state, dt=0.02, names=NAMES)
+
+
+def test_a_task_array_of_another_length_shares_the_kernel_and_reads_its_own_values():
+    """A data array's length is a runtime value (another motion clip is another table of the
+    same kind): one kernel for both lengths; another dtype is another kernel."""
+    fused, state = build()
+    longer = {"floor_m": np.array([0.1, 0.5, 0.3, 0.4], np.float32)}
+    other = FusedTerms.build(named_cfg(), state, dt=0.02, arrays=longer, names=NAMES)
+    assert other.report.key == fused.report.key and other.kernels is fused.kernels
+    other()
+    np.testing.assert_allclose(
+        other.buffers.reward, (state["body_z"][:, 1] - 0.5) * 0.02, rtol=1e-5
+    )
+    as_float64 = {"floor_m": longer["floor_m"].astype(np.float64)}
+    wider = FusedTerms.build(named_cfg(), state, dt=0.02, arrays=as_float64, names=NAMES)
+    assert wider.report.key != fused.report.key

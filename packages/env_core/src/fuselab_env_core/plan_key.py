@@ -4,8 +4,9 @@ In the key: the schema version, the Python and Numba versions, the code generato
 (with its prefetch intrinsic and noise generator), the source of every term function and of the
 helpers and global constants it uses, the plan's structure, its compile-time constants, and the
 layouts and dtypes of its buffers. Not in the key: float parameter values (noise stds too),
-reward weights, ``dt``, data array values and ``num_envs`` -- those are runtime values, so
-tuning them never recompiles.
+reward weights, ``dt``, ``num_envs``, and the values and lengths of data arrays (a kernel reads
+a data array by its dtype and number of dimensions: another motion clip is another table of
+the same kind) -- those are runtime values, so tuning them never recompiles.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ def plan_key(plan: Plan) -> str:
         "workspace": [[n, list(s.shape), s.dtype.str] for n, s in plan.workspace.items()],
         "slots": plan.slot_names,
         "data": [
-            [name, a.dtype.str, list(a.shape)]
-            for name, a in zip(plan.data_names, plan.data, strict=True)
+            [name, a.dtype.str, a.ndim] for name, a in zip(plan.data_names, plan.data, strict=True)
         ],
         "terms": [_describe_call(call) for call in plan.terms()],
         "groups": [
