@@ -165,14 +165,18 @@ def walk_checkpoint(
         raise ValueError(
             f"checkpoint: a walking run's (a {VELOCITY} command), got {cfg.task_name!r}"
         )
-    ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
-    commands, kinds = walk_commands(ranges, num_envs, np.random.default_rng(seed))
+    commands, kinds = task_walk_commands(cfg, num_envs, seed)
     return cfg, load_policy(checkpoint), commands, kinds
 
 
-def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
+def task_walk_commands(cfg: DictConfig, num_envs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``walk_commands`` drawn from the ranges of ``cfg``'s velocity command."""
     ranges = velocity_ranges(cfg.commands[command_entry(cfg, VELOCITY)])
-    commands, kinds = walk_commands(ranges, cfg.num_envs, np.random.default_rng(seed))
+    return walk_commands(ranges, num_envs, np.random.default_rng(seed))
+
+
+def evaluate_walk(cfg: DictConfig, policy: Callable, seconds: float, seed: int) -> dict:
+    commands, kinds = task_walk_commands(cfg, cfg.num_envs, seed)
     errors = VelocityErrors(commands)
     fallen = np.zeros(len(commands), np.bool_)  # the rollout's own array after its first step
     for planar, yaw_rate, fallen, _ in walk_rollout(cfg, policy, commands, seconds):
