@@ -133,6 +133,15 @@ def test_overrides_compose_and_reach_the_env():
     assert "g1_walk_flat" in fuselab_envs.list_tasks()
 
 
+def test_the_physics_step_is_the_tasks_and_the_control_step_follows():
+    env = fuselab_envs.make(
+        "g1_walk_flat", ["env.physics_dt=0.01", "env.decimation=2"], num_envs=2, num_threads=1
+    )
+    facts, step_dt = env.backend.model, env.step_dt
+    env.close()
+    assert facts.physics_dt == pytest.approx(0.01) and step_dt == pytest.approx(0.02)
+
+
 def test_after_pushes_and_resets_the_bound_state_equals_a_full_copy():
     env = fuselab_envs.make("g1_walk_flat", [PUSH], num_envs=6, **{"env.episode_length_s": 0.3})
     written, write_state = [], env.write_state
@@ -303,6 +312,7 @@ def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
         ),
         ("robot.name=h1", r"robot\.name: unknown robot 'h1'"),
         ("env.decimation=0", r"env\.decimation: expected >= 1, got 0"),
+        ("env.physics_dt=0", r"env\.physics_dt: expected .*> 0.*, got 0"),
         (
             "env.episode_length_s=abc",
             r"env\.episode_length_s: expected a finite number > 0, got 'abc'",

@@ -308,6 +308,26 @@ def test_bad_construction_arguments_are_rejected_by_name(tmp_path, backend_class
     for num_envs in (0, -2, 1.5, True):
         with pytest.raises(ValueError, match="num_envs: expected a positive int"):
             backend_class(WALKER_XML, num_envs)
+    for physics_dt in (0.0, -0.005, float("nan"), float("inf"), True, "0.01"):
+        with pytest.raises(ValueError, match="physics_dt: expected finite seconds > 0"):
+            backend_class(WALKER_XML, N, physics_dt=physics_dt)
+
+
+@pytest.mark.parametrize("backend_class", BACKENDS, ids=name_of)
+def test_physics_dt_replaces_the_models_timestep(model, backend_class):
+    """A step then lasts ``physics_dt``: the walker, high in the air, falls g x dt faster."""
+    backend = backend_class(WALKER_XML, N, physics_dt=2 * model.opt.timestep)
+    assert backend.model.physics_dt == pytest.approx(2 * model.opt.timestep)
+    qpos0, qvel0 = standing_states(model)
+    qpos0[:, 2] += 10.0
+    backend.reset_envs(np.arange(N), qpos0, qvel0)
+    backend.set_controls(np.zeros((N, model.nu), np.float32))
+    backend.step(1)
+    qpos, qvel = state_buffers(model, N)
+    backend.copy_qpos_qvel(qpos, qvel)
+    close(backend)
+    fall = -model.opt.gravity[2] * 2 * model.opt.timestep
+    np.testing.assert_allclose(-qvel[:, 2], fall, rtol=0.02)
 
 
 def test_an_entity_binds_by_name_once_and_then_copies(backend, model):

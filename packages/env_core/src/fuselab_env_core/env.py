@@ -65,6 +65,7 @@ class EnvCfg(Section):
     KEY = "env"
 
     decimation: PositiveInt = 4  # physics steps per control step
+    physics_dt: PositiveFloat | None = None  # seconds per physics step; None: the model's own
     episode_length_s: PositiveFloat = 20.0
     # False: the nominal task, only the events that set the reset state run (no randomized
     # physics, sensors, delays or pushes)

@@ -216,20 +216,25 @@ def robot_mjcf(cfg: DictConfig, chosen: Robot) -> Path:
 
 def make_backend(cfg: DictConfig, chosen: Robot, actuator_forces: bool = False) -> SimBackend:
     mjcf = robot_mjcf(cfg, chosen)
+    physics_dt = build_section(EnvCfg, _plain(cfg.env)).physics_dt
     if cfg.backend == "mujoco":
         from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 
         return MujocoBackend(
-            mjcf, cfg.num_envs, num_threads=cfg.num_threads, actuator_forces=actuator_forces
+            mjcf,
+            cfg.num_envs,
+            num_threads=cfg.num_threads,
+            actuator_forces=actuator_forces,
+            physics_dt=physics_dt,
         )
     if cfg.backend == "mjwarp":
         from fuselab_sim_backends.mjwarp import MjWarpBackend
 
-        return MjWarpBackend(mjcf, cfg.num_envs)
+        return MjWarpBackend(mjcf, cfg.num_envs, physics_dt=physics_dt)
     if cfg.backend == "motrix":
         from fuselab_sim_backends.motrix import MotrixBackend
 
-        return MotrixBackend(mjcf, cfg.num_envs)
+        return MotrixBackend(mjcf, cfg.num_envs, physics_dt=physics_dt)
     raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
 
 

@@ -8,8 +8,9 @@ imports neither fuselab_env_core nor the task code) following the deploy documen
 file's metadata, and its outputs become joint targets from the same document. Position
 actuators take the targets as controls; with torque (motor) actuators, as on a real G1's
 low-level interface, the loop runs the PD law of the document's kp and kd itself at every
-physics step and clips to the actuators' ranges. ``physics_dt`` changes the physics time step
-while the control rate stays the policy's (decimation = control dt / physics dt).
+physics step and clips to the actuators' ranges. The physics time step is the training's (the
+deploy document's ``physics_dt``); ``physics_dt`` changes it while the control rate stays the
+policy's (decimation = control dt / physics dt).
 
 Walk policies: every env holds one command of fuselab-eval's (forward, backward, lateral,
 turning, standing; same ranges, same seed), measured after 1 s of settling: RMS planar velocity
@@ -110,8 +111,7 @@ def sim2sim(
     doc = policy.doc
     model = _load_model(mjcf, config)
     control_dt = float(doc["control_dt"])
-    if physics_dt is not None:
-        model.opt.timestep = physics_dt
+    model.opt.timestep = doc["physics_dt"] if physics_dt is None else physics_dt  # (training's)
     decimation = round(control_dt / model.opt.timestep)
     if decimation < 1 or not math.isclose(
         decimation * model.opt.timestep, control_dt, rel_tol=1e-6

@@ -163,18 +163,25 @@ class MjWarpBackend(SimBackend):
     """``num_envs`` MuJoCo Warp worlds of the model ``mjcf`` (a file path or an XML string).
 
     ``device`` is a Warp device name; by default ``'cuda'`` when Warp finds one, else ``'cpu'``.
+    ``physics_dt`` replaces the model's option timestep (seconds per physics step).
     Besides the :class:`SimBackend` contract it exposes ``mj_model`` (the host MuJoCo model),
     ``device`` (the Warp device name), ``body_rootid`` and :meth:`host_body_arrays`.
     """
 
-    def __init__(self, mjcf: str | Path, num_envs: int, device: str | None = None):
+    def __init__(
+        self,
+        mjcf: str | Path,
+        num_envs: int,
+        device: str | None = None,
+        physics_dt: float | None = None,
+    ):
         self.num_envs = check_positive_int("num_envs", num_envs)
         self._all_envs = np.arange(self.num_envs)
         wp.init()
         wp_device = _resolve_device(device)
         self.device = str(wp_device)
 
-        spec = load_spec(mjcf)
+        spec = load_spec(mjcf, physics_dt)
         start = time.perf_counter()
         try:
             mjm = spec.compile()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 
@@ -17,8 +18,11 @@ log = logging.getLogger(__name__)
 ONE_DOF_JOINTS = (int(mujoco.mjtJoint.mjJNT_HINGE), int(mujoco.mjtJoint.mjJNT_SLIDE))
 
 
-def load_spec(mjcf: str | Path) -> mujoco.MjSpec:
-    """An MjSpec from a file path or an XML string, with an error that names what failed."""
+def load_spec(mjcf: str | Path, physics_dt: float | None = None) -> mujoco.MjSpec:
+    """An MjSpec from a file path or an XML string, with an error that names what failed;
+    ``physics_dt`` (seconds per physics step) replaces the model's own option timestep."""
+    if physics_dt is not None:
+        _check_physics_dt(physics_dt)
     started = time.perf_counter()
     text = str(mjcf)
     is_xml = isinstance(mjcf, str) and text.lstrip().startswith("<")
@@ -31,8 +35,21 @@ def load_spec(mjcf: str | Path) -> mujoco.MjSpec:
     except ValueError as error:
         where = "the MJCF string" if is_xml else repr(str(path))
         raise ValueError(f"mjcf: MuJoCo could not parse {where}: {error}") from None
+    if physics_dt is not None:
+        spec.option.timestep = physics_dt
     log.info("load MJCF: %.1f ms", elapsed_ms(started))
     return spec
+
+
+def _check_physics_dt(physics_dt: object) -> None:
+    if (
+        isinstance(physics_dt, bool)
+        or not isinstance(physics_dt, int | float)
+        or not 0.0 < physics_dt < math.inf
+    ):
+        raise ValueError(
+            f"physics_dt: expected finite seconds > 0 (or None: the MJCF's), got {physics_dt!r}"
+        )
 
 
 def model_facts(model: mujoco.MjModel) -> ModelFacts:

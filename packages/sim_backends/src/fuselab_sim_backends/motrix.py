@@ -90,16 +90,19 @@ log = logging.getLogger(__name__)
 
 
 class MotrixBackend(SimBackend):
-    """``num_envs`` MotrixSim simulations of one MJCF model (a file path or an XML string)."""
+    """``num_envs`` MotrixSim simulations of one MJCF model (a file path or an XML string);
+    ``physics_dt`` replaces the model's option timestep (seconds per physics step)."""
 
-    def __init__(self, mjcf: str | Path, num_envs: int) -> None:
+    def __init__(self, mjcf: str | Path, num_envs: int, physics_dt: float | None = None) -> None:
         self.num_envs = check_positive_int("num_envs", num_envs)
 
-        mj_model = load_spec(mjcf).compile()
+        mj_model = load_spec(mjcf, physics_dt).compile()
         self.model: ModelFacts = model_facts(mj_model)
 
         started = time.perf_counter()
         self._mx = _load_motrix(mjcf)
+        if physics_dt is not None:
+            self._mx.options.timestep = physics_dt
         self._mx.reports.contact_forces = True  # produced from the next step on
         log.info(
             "MotrixSim load: %.1f ms (%d links, %d dof pos, %d dof vel, %d actuators)",

@@ -80,7 +80,8 @@ _D: Any = mujoco.mjtDisableBit  # declared: pyright would read _D.a | _D.b as a 
 
 
 class MujocoBackend(SimBackend):
-    """``num_envs`` copies of one MJCF model, stepped by ``num_threads`` C threads."""
+    """``num_envs`` copies of one MJCF model, stepped by ``num_threads`` C threads;
+    ``physics_dt`` replaces the model's option timestep (seconds per physics step)."""
 
     def __init__(
         self,
@@ -89,13 +90,14 @@ class MujocoBackend(SimBackend):
         num_threads: int | None = None,
         *,
         actuator_forces: bool = False,
+        physics_dt: float | None = None,
     ):
         num_envs = check_positive_int("num_envs", num_envs)
         num_threads = check_positive_int(
             "num_threads", (os.cpu_count() or 1) if num_threads is None else num_threads
         )
         started = time.perf_counter()
-        spec = load_spec(mjcf)
+        spec = load_spec(mjcf, physics_dt)
         as_written = spec.compile()
         contact_bodies = _touching_bodies(as_written)
         for sensor in list(spec.sensors):
