@@ -30,6 +30,9 @@ def test_bench_quick_writes_a_valid_report(tmp_path):
     assert frames["mixed"] > 16 * 150  # 3-12 s at 50 fps
     assert set(dataset["cost_pct"]) == {"copies", "mixed"}
     assert "a dataset of 16 clips" in done.stdout
+    physics_rate = report["suites"]["training"]["physics_rate"]
+    assert physics_rate["physics_dt"] == {"task": 0.005, "100hz": 0.01}
+    assert physics_rate["speedup"] > 0
     report_md = (tmp_path / "report.md").read_text()
     for section in ("## core", "## backends", "## walk", "step_time_vs_n.png"):
         assert section in report_md

@@ -6,8 +6,9 @@ Suites: core (env_core: fused kernel vs NumPy runtime on the tracking-shaped syn
 env_core's tests, tuning rebuilds, disk-cache start-up, thread scaling), backends (body copy,
 physics threads and overhead, MuJoCo Warp, step time vs N), walk and tracking (the G1 tasks:
 full step, non-physics share, fused vs NumPy score and observe), training (PPO collector vs the
-env alone), fastsac (asynchronous pipeline efficiency) and distributed (PPO as 2 torchrun ranks
-x 1 core vs 1 rank x 2 cores, one run after the other: the only suite not in one process).
+env alone, the task's physics step vs 100 Hz), fastsac (asynchronous pipeline efficiency) and
+distributed (PPO as 2 torchrun ranks x 1 core vs 1 rank x 2 cores, one run after the other:
+the only suite not in one process).
 Protocol: warmup 10, then 3 repeats of 100 interleaved calls; median per repeat, median of
 repeats. Prints a table and writes JSON (schema checked before writing).
 """
