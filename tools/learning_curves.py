@@ -161,6 +161,18 @@ def plot(runs: dict[str, list[dict]], out: Path, title: str) -> None:
     figure.savefig(out, dpi=110)
 
 
+def beside_runs(figure_jsons: list[Path], options: dict) -> tuple[dict, dict]:
+    """The evaluations of the runs in earlier figures' JSONs (judged with ``options``) and where
+    each came from; a ValueError names a mismatch or a run given twice."""
+    runs, sources = {}, {}
+    for figure_json in figure_jsons:
+        for label, reports in documented_runs(figure_json, options).items():
+            if label in runs:
+                raise ValueError(f"--beside {figure_json}: the run {label!r} is given twice")
+            runs[label], sources[label] = reports, str(figure_json)
+    return runs, sources
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -181,18 +193,11 @@ def main() -> int:
         sys.stderr.write(f"labels: {len(labels)} given for {len(args.run_dirs)} runs\n")
         return 2
     options = {"num_envs": args.num_envs, "events": args.events, "push": args.push}
-    runs, sources = {}, {}
-    for figure_json in args.beside:  # read first: a mismatch stops before any evaluation
-        try:
-            documented = documented_runs(figure_json, options)
-        except ValueError as error:
-            sys.stderr.write(f"{error}\n")
-            return 2
-        for label, reports in documented.items():
-            if label in runs:
-                sys.stderr.write(f"--beside {figure_json}: the run {label!r} is given twice\n")
-                return 2
-            runs[label], sources[label] = reports, str(figure_json)
+    try:  # read first: a mismatch stops before any evaluation
+        runs, sources = beside_runs(args.beside, options)
+    except ValueError as error:
+        sys.stderr.write(f"{error}\n")
+        return 2
     if clash := sorted(set(labels) & set(runs)):
         sys.stderr.write(f"labels: {clash} name runs of --beside too; give --labels\n")
         return 2
