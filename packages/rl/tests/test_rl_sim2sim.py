@@ -45,6 +45,13 @@ def test_a_walk_policy_runs_alone_and_is_measured_like_fuselab_eval(walk_run):
         sim2sim(walk_run, seconds=0.3, num_envs=5, physics_dt=0.003)
 
 
+def test_a_policy_trained_on_another_physics_step_is_run_on_its_own(tmp_path):
+    """The deploy document's physics step, not the MJCF's, is sim2sim's default."""
+    trained(tmp_path, "task=g1_walk_flat", "env.physics_dt=0.01", "env.decimation=2")
+    report = sim2sim(tmp_path, seconds=0.1, num_envs=5)
+    assert report["physics_dt"] == pytest.approx(0.01) and report["decimation"] == 2
+
+
 def g1_variant(tmp_path, edit) -> str:
     spec = mujoco.MjSpec.from_file(str(robot("g1").model()))
     edit(spec)
