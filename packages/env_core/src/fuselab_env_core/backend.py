@@ -25,6 +25,7 @@ can implement it for anything else. Conventions, for every backend:
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -190,6 +191,17 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
     return int(value)
+
+
+def check_positive_float(name: str, value: object, quantity: str = "number") -> float:
+    """A finite quantity > 0 (a time step, a length); a bool, a NaN or an infinity is refused."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not 0.0 < value < math.inf
+    ):
+        raise ValueError(f"{name}: expected a finite {quantity} > 0, got {value!r}")
+    return float(value)
 
 
 def check_env_ids(env_ids: object, num_envs: int, name: str = "env_ids") -> np.ndarray:

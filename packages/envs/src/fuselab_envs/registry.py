@@ -110,10 +110,12 @@ def make(task: str, overrides: Sequence[str] = (), **values: Any):
 
 def make_env(cfg: DictConfig) -> FusedEnv:
     """Build the env a composed config describes (its ``task_name``, ``backend``, ...)."""
-    check_sections(cfg)
+    env_cfg = check_sections(cfg)
     chosen = robot(cfg.robot.name)
     reads = term_inputs(cfg)
-    backend = make_backend(cfg, chosen, actuator_forces="actuator_force" in reads)
+    backend = make_backend(
+        cfg, chosen, env_cfg.physics_dt, actuator_forces="actuator_force" in reads
+    )
     try:
         return build_env(cfg, backend, chosen)
     except BaseException:
@@ -177,15 +179,15 @@ def build_env(cfg: DictConfig, backend: SimBackend, chosen: Robot) -> FusedEnv:
     )
 
 
-def check_sections(cfg: DictConfig) -> None:
+def check_sections(cfg: DictConfig) -> EnvCfg:
     """What a task's config can be checked for before its model is loaded: a known robot, the
     ``env`` section, and every action mapping, command and event named in the registries with
     parameters of the accepted types and ranges (names of bodies, joints, ... are resolved when
     the env is built). A bad value is an error naming its full key. The task's name need not be
     registered here: a composed config is the whole task (a run's saved config builds in any
-    process, a registered task's in a collector process too)."""
+    process, a registered task's in a collector process too). Returns the ``env`` section."""
     robot(cfg.robot.name)
-    build_section(EnvCfg, _plain(cfg.env))
+    env_cfg = build_section(EnvCfg, _plain(cfg.env))
     tables = (
         ("actions", ACTIONS, 1 + CONSTRUCTOR_ARGS),
         ("commands", COMMANDS, 2),
@@ -200,6 +202,7 @@ def check_sections(cfg: DictConfig) -> None:
     for name, spec in (_plain(cfg.get("events")) or {}).items():
         if spec is not None:  # null: off
             EventManager.bind(name, spec)
+    return env_cfg
 
 
 def term_inputs(cfg: DictConfig) -> set[str]:
@@ -214,9 +217,10 @@ def robot_mjcf(cfg: DictConfig, chosen: Robot) -> Path:
     return Path(cfg.robot.mjcf) if cfg.robot.mjcf else chosen.model()
 
 
-def make_backend(cfg: DictConfig, chosen: Robot, actuator_forces: bool = False) -> SimBackend:
+def make_backend(
+    cfg: DictConfig, chosen: Robot, physics_dt: float | None, actuator_forces: bool = False
+) -> SimBackend:
     mjcf = robot_mjcf(cfg, chosen)
-    physics_dt = build_section(EnvCfg, _plain(cfg.env)).physics_dt
     if cfg.backend == "mujoco":
         from fuselab_sim_backends.mujoco_cpu import MujocoBackend
 

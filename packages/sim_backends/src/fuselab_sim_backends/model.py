@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 
 import mujoco
 import numpy as np
 
-from fuselab_env_core.backend import ModelFacts
+from fuselab_env_core.backend import ModelFacts, check_positive_float
 from fuselab_env_core.timing import elapsed_ms
 
 log = logging.getLogger(__name__)
@@ -22,7 +21,7 @@ def load_spec(mjcf: str | Path, physics_dt: float | None = None) -> mujoco.MjSpe
     """An MjSpec from a file path or an XML string, with an error that names what failed;
     ``physics_dt`` (seconds per physics step) replaces the model's own option timestep."""
     if physics_dt is not None:
-        _check_physics_dt(physics_dt)
+        check_positive_float("physics_dt", physics_dt, "time in seconds (or None: the MJCF's)")
     started = time.perf_counter()
     text = str(mjcf)
     is_xml = isinstance(mjcf, str) and text.lstrip().startswith("<")
@@ -39,17 +38,6 @@ def load_spec(mjcf: str | Path, physics_dt: float | None = None) -> mujoco.MjSpe
         spec.option.timestep = physics_dt
     log.info("load MJCF: %.1f ms", elapsed_ms(started))
     return spec
-
-
-def _check_physics_dt(physics_dt: object) -> None:
-    if (
-        isinstance(physics_dt, bool)
-        or not isinstance(physics_dt, int | float)
-        or not 0.0 < physics_dt < math.inf
-    ):
-        raise ValueError(
-            f"physics_dt: expected finite seconds > 0 (or None: the MJCF's), got {physics_dt!r}"
-        )
 
 
 def model_facts(model: mujoco.MjModel) -> ModelFacts:
