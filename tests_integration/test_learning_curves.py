@@ -67,3 +67,17 @@ def test_a_run_named_as_a_documented_one_is_refused_before_any_evaluation(
     assert curves_tool.main() == 2
     assert "['default'] name runs of --beside too" in capsys.readouterr().err
     assert not (run / "curves.json").exists()
+
+
+def test_a_figure_that_would_overwrite_a_runs_evaluation_cache_is_refused(
+    tmp_path, monkeypatch, capsys
+):
+    run = tmp_path / "run"
+    run.mkdir()
+    cache = run / "curves.json"
+    cache.write_text(json.dumps({json.dumps(OPTIONS, sort_keys=True): REPORTS}))
+    args = [str(run), "-o", str(run / "curves.png"), "--events", "train"]
+    monkeypatch.setattr(sys, "argv", ["learning_curves.py", *args])
+    assert curves_tool.main() == 2
+    assert "the run's evaluation cache; give the figure another name" in capsys.readouterr().err
+    assert json.loads(cache.read_text()) == {json.dumps(OPTIONS, sort_keys=True): REPORTS}

@@ -192,6 +192,13 @@ def main() -> int:
     if len(labels) != len(args.run_dirs):
         sys.stderr.write(f"labels: {len(labels)} given for {len(args.run_dirs)} runs\n")
         return 2
+    caches = {(run / CACHE).resolve() for run in args.run_dirs}
+    if args.out.with_suffix(".json").resolve() in caches:  # the figure's JSON would replace it
+        sys.stderr.write(
+            f"out: {args.out} writes {args.out.with_suffix('.json')}, the run's evaluation "
+            f"cache; give the figure another name\n"
+        )
+        return 2
     options = {"num_envs": args.num_envs, "events": args.events, "push": args.push}
     try:  # read first: a mismatch stops before any evaluation
         runs, sources = beside_runs(args.beside, options)
