@@ -40,11 +40,34 @@ REPORTS = [
 
 def test_first_at_goal_is_the_first_checkpoint_where_every_goal_holds_at_once():
     found = curves_tool.first_at_goal(REPORTS)
-    assert found["lin_vel_rms_mps"]["iteration"] == 200
-    assert found["yaw_rate_rms_radps"]["iteration"] == 100
-    assert found["fall_fraction"]["iteration"] == 100
+    assert found["overall.lin_vel_rms_mps"]["iteration"] == 200
+    assert found["overall.yaw_rate_rms_radps"]["iteration"] == 100
+    assert found["overall.fall_fraction"]["iteration"] == 100
     assert found["all goals"] == {"iteration": 400, "minutes": 26.7, "env_steps": 400 * 24576}
     assert found["iterations_per_minute"] == 15.0
+
+
+def tracking_report(iteration: int, first: float, mpkpe: float, spread: float) -> dict:
+    return {
+        "task": "g1_motion_tracking",
+        "iteration": iteration,
+        "env_steps": iteration * 24576,
+        "train_wall_s": iteration * 4.0,
+        "metrics": {
+            "from_first_frame": {"success_rate": first, "mpkpe_mm": mpkpe},
+            "from_spread_starts": {"success_rate": spread, "mpkpe_mm": mpkpe},
+        },
+    }
+
+
+def test_a_tracking_runs_two_success_rates_are_goals_of_their_own():
+    found = curves_tool.first_at_goal(
+        [tracking_report(100, 0.5, 50.0, 0.95), tracking_report(200, 0.92, 55.0, 0.8)]
+    )
+    assert found["from_first_frame.success_rate"]["iteration"] == 200
+    assert found["from_spread_starts.success_rate"]["iteration"] == 100
+    assert found["from_first_frame.mpkpe_mm"]["iteration"] == 100
+    assert found["all goals"] is None
 
 
 def test_a_documented_run_is_read_only_when_judged_with_the_same_options(tmp_path):
@@ -66,7 +89,7 @@ def test_a_run_named_as_a_documented_one_is_refused_before_any_evaluation(
     monkeypatch.setattr(sys, "argv", ["learning_curves.py", *args])
     assert curves_tool.main() == 2
     assert "['default'] name runs of --beside too" in capsys.readouterr().err
-    assert not (run / "curves.json").exists()
+    assert not (run / curves_tool.CACHE).exists()
 
 
 def test_a_figure_that_would_overwrite_a_runs_evaluation_cache_is_refused(
@@ -74,9 +97,9 @@ def test_a_figure_that_would_overwrite_a_runs_evaluation_cache_is_refused(
 ):
     run = tmp_path / "run"
     run.mkdir()
-    cache = run / "curves.json"
+    cache = run / curves_tool.CACHE
     cache.write_text(json.dumps({json.dumps(OPTIONS, sort_keys=True): REPORTS}))
-    args = [str(run), "-o", str(run / "curves.png"), "--events", "train"]
+    args = [str(run), "-o", str(cache.with_suffix(".png")), "--events", "train"]
     monkeypatch.setattr(sys, "argv", ["learning_curves.py", *args])
     assert curves_tool.main() == 2
     assert "the run's evaluation cache; give the figure another name" in capsys.readouterr().err

@@ -3,7 +3,7 @@ or several side by side (seeds, algorithms), and when each reached its goals.
 
 Evaluates every checkpoint of each run (``model_<iteration>.pt``, each holding the training
 time and env steps it was saved at) with :func:`fuselab_rl.evaluate.evaluate`, keeps the
-reports in ``<run>/curves.json`` (a later call evaluates only checkpoints it has not seen with
+reports in ``<run>/eval_cache.json`` (a later call evaluates only checkpoints it has not seen with
 the same options), plots the task's headline metrics against minutes (top row) and env steps
 (bottom row), one line per run, and prints, for each run, the first checkpoint at which every
 goal holds (iteration, minutes, env steps) and the machine's PPO iterations per minute:
@@ -46,7 +46,7 @@ PANELS = {
     ],
 }
 CHECKPOINT = re.compile(r"^model_(\d+)\.pt$")
-CACHE = "curves.json"
+CACHE = "eval_cache.json"  # not a figure's name: `-o RUN/curves.png` writes RUN/curves.json
 
 
 def checkpoints(run_dir: Path, every: int) -> list[Path]:
@@ -99,11 +99,13 @@ def meets(report: dict, panel: tuple) -> bool:
 
 
 def first_at_goal(reports: list[dict]) -> dict[str, Any]:
-    """The first checkpoint at which each goal, and every goal at once, holds."""
+    """The first checkpoint at which each goal (named ``group.metric``: a tracking run has a
+    success rate from the first frame and one from spread starts), and every goal at once,
+    holds."""
     panels = panels_of(reports)
     found: dict[str, Any] = {}
     for name, test in [
-        *((p[1], lambda r, p=p: meets(r, p)) for p in panels),
+        *((f"{p[0]}.{p[1]}", lambda r, p=p: meets(r, p)) for p in panels),
         ("all goals", lambda r: all(meets(r, p) for p in panels)),
     ]:
         hit = next((r for r in reports if test(r)), None)
