@@ -191,12 +191,6 @@ tracking.motion_body_pos_error_exp.numpy(
         pos, _target_body_pos(frame, pos, yaw, clip_pos, a), std
     )
 )
-tracking.motion_body_world_pos_error_exp.numpy(
-    lambda frame, pos, clip_pos, ids, std: np.exp(
-        -np.mean(np.sum((clip_pos[frame[:, None], list(ids)] - pos[:, list(ids)]) ** 2, -1), -1)
-        / (std * std)
-    )
-)
 tracking.motion_body_ori_error_exp.numpy(
     lambda s, c, std: np.exp(-np.mean((2 * np.arctan2(s, c)) ** 2, axis=-1) / (std * std))
 )

@@ -91,11 +91,6 @@ def test_every_term_matches_its_numpy_twin(seed):
     clip = random_clip(rng)
     state = random_tracking_state(rng, clip)
     terms, bound = tracking_terms(clip)
-    terms["rewards"]["feet_pos"] = {  # a term the task offers beyond its defaults
-        "term": "motion_body_world_pos_error_exp",
-        "weight": 1.0,
-        "params": {"bodies": ["left_ankle_roll_link", "right_ankle_roll_link"], "std": 0.2},
-    }
     fused = FusedTerms.build(terms, state, dt=0.02, **bound)
     oracle = NumpyTerms(fused.plan, state)
     fused.seed_noise(seed)

@@ -232,23 +232,6 @@ def motion_body_pos_error_exp(
 
 
 @reward()
-def motion_body_world_pos_error_exp(
-    i, motion_frame, body_pos_w, motion_body_pos_w, bodies: Bodies, std: PositiveFloat = 0.1
-):
-    """``bodies`` (the feet, say) against the motion's in world position (std in metres). The
-    anchor-relative targets above move with the robot, so a foot that lands off the clip's
-    footprint costs nothing there once the torso follows it; here it costs until a later step
-    puts it back."""
-    f = motion_frame[i]
-    error = 0.0
-    for b in bodies:
-        for k in range(3):
-            d = motion_body_pos_w[f, b, k] - body_pos_w[i, b, k]
-            error += d * d
-    return math.exp(-error / len(bodies) / (std * std))
-
-
-@reward()
 def motion_body_ori_error_exp(
     i, body_ori_error_sin_half, body_ori_error_cos_half, std: PositiveFloat = 0.4
 ):
