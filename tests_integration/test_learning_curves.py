@@ -104,3 +104,14 @@ def test_a_figure_that_would_overwrite_a_runs_evaluation_cache_is_refused(
     assert curves_tool.main() == 2
     assert "the run's evaluation cache; give the figure another name" in capsys.readouterr().err
     assert json.loads(cache.read_text()) == {json.dumps(OPTIONS, sort_keys=True): REPORTS}
+
+
+def test_beside_runs_picks_documented_runs_by_label_and_names_the_ones_it_lacks(tmp_path):
+    figure = tmp_path / "walk.json"
+    reports = {"seed 0": REPORTS, "former default": REPORTS[:2]}
+    figure.write_text(json.dumps({"options": OPTIONS, "reports": reports}))
+    runs, sources = curves_tool.beside_runs([figure], OPTIONS, ["seed 0"])
+    assert runs == {"seed 0": REPORTS} and sources == {"seed 0": str(figure)}
+    assert curves_tool.beside_runs([figure], OPTIONS)[0] == reports
+    with pytest.raises(ValueError, match=r"\['seed 9'\] are not runs of --beside; they hold"):
+        curves_tool.beside_runs([figure], OPTIONS, ["seed 0", "seed 9"])

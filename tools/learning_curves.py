@@ -13,9 +13,11 @@ goal holds (iteration, minutes, env steps) and the machine's PPO iterations per 
     python tools/learning_curves.py RUN --events train --push 0.5 -o robust.png
     python tools/learning_curves.py NOMINAL_RUN RANDOMIZED_RUN --events randomized -o compare.png
     python tools/learning_curves.py RUN --events train --beside docs/figures/walk.json -o new.png
+    python tools/learning_curves.py SEED1 SEED2 --beside docs/figures/walk.json --beside-runs
+        seed0 --events train -o seeds.png
 
 ``--beside`` adds the runs of a JSON this tool wrote (whose run directories may be gone), when
-they were evaluated with the same options.
+they were evaluated with the same options; ``--beside-runs`` picks some of them by label.
 """
 
 from __future__ import annotations
@@ -163,15 +165,23 @@ def plot(runs: dict[str, list[dict]], out: Path, title: str) -> None:
     figure.savefig(out, dpi=110)
 
 
-def beside_runs(figure_jsons: list[Path], options: dict) -> tuple[dict, dict]:
-    """The evaluations of the runs in earlier figures' JSONs (judged with ``options``) and where
-    each came from; a ValueError names a mismatch or a run given twice."""
-    runs, sources = {}, {}
+def beside_runs(
+    figure_jsons: list[Path], options: dict, only: list[str] | None = None
+) -> tuple[dict, dict]:
+    """The evaluations of the runs in earlier figures' JSONs (judged with ``options``; of those,
+    the runs labelled ``only`` when given) and where each came from; a ValueError names a
+    mismatch, a run given twice or a label no JSON holds."""
+    runs, sources, held = {}, {}, []
     for figure_json in figure_jsons:
         for label, reports in documented_runs(figure_json, options).items():
+            held.append(label)
+            if only is not None and label not in only:
+                continue
             if label in runs:
                 raise ValueError(f"--beside {figure_json}: the run {label!r} is given twice")
             runs[label], sources[label] = reports, str(figure_json)
+    if missing := [label for label in only or [] if label not in runs]:
+        raise ValueError(f"--beside-runs: {missing} are not runs of --beside; they hold {held}")
     return runs, sources
 
 
@@ -189,6 +199,9 @@ def main() -> int:
     parser.add_argument(
         "--beside", type=Path, nargs="*", default=[], help="JSONs of this tool: their runs too"
     )
+    parser.add_argument(
+        "--beside-runs", nargs="+", default=None, help="of --beside's runs, only these labels"
+    )
     args = parser.parse_args()
     labels = args.labels or [run.name for run in args.run_dirs]
     if len(labels) != len(args.run_dirs):
@@ -203,7 +216,7 @@ def main() -> int:
         return 2
     options = {"num_envs": args.num_envs, "events": args.events, "push": args.push}
     try:  # read first: a mismatch stops before any evaluation
-        runs, sources = beside_runs(args.beside, options)
+        runs, sources = beside_runs(args.beside, options, args.beside_runs)
     except ValueError as error:
         sys.stderr.write(f"{error}\n")
         return 2
