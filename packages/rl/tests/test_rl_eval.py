@@ -338,7 +338,7 @@ def test_a_run_that_steered_to_headings_is_measured_on_held_yaw_rates(walk_run):
 def test_bad_input_is_named(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="num_envs: expected an int >= 1, got 0"):
         evaluate(tmp_path, num_envs=0)
-    with pytest.raises(ValueError, match="seconds: expected a number > 0, got -1"):
+    with pytest.raises(ValueError, match="seconds: expected a finite number > 0, got -1"):
         evaluate(tmp_path, seconds=-1)
     with pytest.raises(FileNotFoundError, match="run"):
         evaluate(tmp_path / "missing")

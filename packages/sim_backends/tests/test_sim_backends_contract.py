@@ -310,7 +310,7 @@ def test_bad_construction_arguments_are_rejected_by_name(tmp_path, backend_class
             backend_class(WALKER_XML, num_envs)
     for physics_dt in (0.0, -0.005, float("nan"), float("inf"), True, "0.01"):
         with pytest.raises(
-            ValueError, match=r"physics_dt: expected a finite time in seconds \(or None"
+            ValueError, match=r"physics_dt: expected a finite time step > 0 in seconds \(or None"
         ):
             backend_class(WALKER_XML, N, physics_dt=physics_dt)
 

@@ -193,14 +193,15 @@ def check_positive_int(name: str, value: object) -> int:
     return int(value)
 
 
-def check_positive_float(name: str, value: object, quantity: str = "number") -> float:
-    """A finite quantity > 0 (a time step, a length); a bool, a NaN or an infinity is refused."""
+def check_positive_float(name: str, value: object, accepted: str = "a finite number > 0") -> float:
+    """A finite quantity > 0 (a time step, a frame rate); a bool, a NaN or an infinity is
+    refused with an error that says what is ``accepted``."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float, np.integer, np.floating))
         or not 0.0 < value < math.inf
     ):
-        raise ValueError(f"{name}: expected a finite {quantity} > 0, got {value!r}")
+        raise ValueError(f"{name}: expected {accepted}, got {value!r}")
     return float(value)
 
 

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from fuselab_env_core.backend import check_positive_float
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.rotations import np_quat_apply, np_yaw
 from fuselab_rl.checkpoint import load_checkpoint, write_text_atomic
@@ -573,8 +574,7 @@ def _check_events(events: object, push: object) -> None:
 def _check_window(num_envs: object, seconds: object) -> None:
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs: expected an int >= 1, got {num_envs!r}")
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-        raise ValueError(f"seconds: expected a number > 0, got {seconds!r}")
+    check_positive_float("seconds", seconds)
 
 
 def format_report(report: dict[str, Any]) -> str:

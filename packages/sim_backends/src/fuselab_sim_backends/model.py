@@ -21,7 +21,8 @@ def load_spec(mjcf: str | Path, physics_dt: float | None = None) -> mujoco.MjSpe
     """An MjSpec from a file path or an XML string, with an error that names what failed;
     ``physics_dt`` (seconds per physics step) replaces the model's own option timestep."""
     if physics_dt is not None:
-        check_positive_float("physics_dt", physics_dt, "time in seconds (or None: the MJCF's)")
+        accepted = "a finite time step > 0 in seconds (or None: the MJCF's)"
+        check_positive_float("physics_dt", physics_dt, accepted)
     started = time.perf_counter()
     text = str(mjcf)
     is_xml = isinstance(mjcf, str) and text.lstrip().startswith("<")

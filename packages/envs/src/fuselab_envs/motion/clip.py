@@ -27,6 +27,7 @@ DEFAULT_MOTION_PATH: Path = Path(__file__).resolve().parent / "data" / "g1_synth
 
 QUAT_NORM_TOLERANCE = 1e-3
 MIN_FRAMES = 2
+FRAME_RATE = "a frame rate > 0"  # what an fps accepts, as its errors say
 # Some exporters keep the floating base in the joint arrays: root xyz + quaternion in positions,
 # root linear + angular velocity in velocities. These leading columns are stripped.
 FLOATING_BASE_POS_COLUMNS = 7
@@ -360,7 +361,7 @@ def frame_rate(path: Path, raw: np.ndarray) -> float:
         )
     fps = float(raw.reshape(()))
     if not (np.isfinite(fps) and fps > 0):
-        raise MotionFileError(path, "fps", f"expected a frame rate > 0, got {fps}")
+        raise MotionFileError(path, "fps", f"expected {FRAME_RATE}, got {fps}")
     return fps
 
 

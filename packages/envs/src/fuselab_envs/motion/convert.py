@@ -27,10 +27,12 @@ import mujoco
 import numpy as np
 from tqdm import tqdm
 
+from fuselab_env_core.backend import check_positive_float
 from fuselab_env_core.rotations import np_quat_apply as quat_rotate
 from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.g1 import G1_XML_PATH
 from fuselab_envs.motion.clip import (
+    FRAME_RATE,
     MIN_FRAMES,
     MotionClip,
     MotionFileError,
@@ -279,8 +281,7 @@ def convert_csv(
     started = time.perf_counter()
     path = Path(path)
     for name, value in (("input_fps", input_fps), ("output_fps", output_fps)):
-        if not (np.isfinite(value) and value > 0):
-            raise ValueError(f"{name}: expected a frame rate > 0, got {value}")
+        check_positive_float(name, value, FRAME_RATE)
     model = load_model() if model is None else model
     num_joints = len(model_facts(model).joint_names)
     rows = read_motion_csv(path, num_joints=num_joints)

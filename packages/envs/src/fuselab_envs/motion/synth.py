@@ -15,9 +15,10 @@ import time
 import mujoco
 import numpy as np
 
+from fuselab_env_core.backend import check_positive_float
 from fuselab_env_core.timing import elapsed_ms
 from fuselab_envs.g1 import DEFAULT_JOINT_POS
-from fuselab_envs.motion.clip import MIN_FRAMES, MotionClip
+from fuselab_envs.motion.clip import FRAME_RATE, MIN_FRAMES, MotionClip
 from fuselab_envs.motion.convert import (
     clip_from_trajectory,
     forward_kinematics,
@@ -92,8 +93,7 @@ def synth_clip(
 ) -> MotionClip:
     """The procedural clip on ``model`` (the project's G1 by default)."""
     started = time.perf_counter()
-    if not (np.isfinite(fps) and fps > 0):
-        raise ValueError(f"fps: expected a frame rate > 0, got {fps}")
+    check_positive_float("fps", fps, FRAME_RATE)
     if not (np.isfinite(duration_s) and duration_s * fps >= MIN_FRAMES - 1):
         raise ValueError(
             f"duration_s: expected at least {MIN_FRAMES} frames' worth ({1.0 / fps} s), "
