@@ -21,9 +21,7 @@ import json
 import logging
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,7 +30,7 @@ import numpy as np
 from bench_backends import backends_rows, bench_backends
 from bench_distributed import bench_distributed, distributed_rows
 from bench_fastsac import bench_fastsac, fastsac_rows
-from bench_protocol import time_side_by_side
+from bench_protocol import cold_then_warm, time_side_by_side
 from bench_tracking import bench_tracking, tracking_rows
 from bench_training import bench_training, training_rows
 from bench_walk import bench_walk, walk_rows
@@ -128,29 +126,12 @@ def _term_groups(state: dict, warmup: int, measure: int, repeats: int) -> dict:
 
 def _startup_cold_vs_warm() -> dict:
     """Build the tracking-shaped plan in fresh processes: an empty cache, then a warm one."""
-    with tempfile.TemporaryDirectory(prefix="fuselab-bench-") as cache:
-        cold, warm = (_build_in_fresh_process(cache) for _ in range(2))
+    cold, warm = cold_then_warm(__file__, "_build_once")
     return {
         "cold": cold,
         "warm": warm,
         "goal_warm_build_ms": 500.0,
     }
-
-
-def _build_in_fresh_process(cache_dir: str) -> dict:
-    env = dict(os.environ, FUSELAB_CACHE_DIR=cache_dir)
-    env.pop("NUMBA_CACHE_DIR", None)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, __file__, "_build_once"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    report["process_ms"] = (time.perf_counter() - started) * 1e3
-    return report
 
 
 def _build_once() -> None:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -29,3 +34,24 @@ def time_side_by_side(
         for name, values in samples.items():
             per_repeat[name].append(statistics.median(values))
     return {name: statistics.median(values) for name, values in per_repeat.items()}
+
+
+def cold_then_warm(script: str, command: str) -> tuple[dict, dict]:
+    """``python script command`` twice, each in a fresh process, sharing a new kernel cache:
+    the first start compiles (cold), the second loads from disk (warm). The child prints its
+    report as JSON on its last line; ``process_ms`` adds the whole process's wall time."""
+    with tempfile.TemporaryDirectory(prefix="fuselab-bench-") as cache:
+        env = dict(os.environ, FUSELAB_CACHE_DIR=cache)
+        env.pop("NUMBA_CACHE_DIR", None)
+        cold, warm = (_run_fresh([sys.executable, script, command], env) for _ in range(2))
+    return cold, warm
+
+
+def _run_fresh(argv: list[str], env: dict[str, str]) -> dict:
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv[1:])} failed:\n{done.stderr[-3000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report["process_ms"] = (time.perf_counter() - started) * 1e3
+    return report

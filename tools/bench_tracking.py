@@ -7,16 +7,14 @@ processes)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from bench_protocol import time_side_by_side
+from bench_protocol import cold_then_warm, time_side_by_side
 from bench_walk import events_cost, events_row, outside_physics_s, passes_row, time_full_steps
 
 import fuselab_envs
@@ -142,8 +140,7 @@ def dataset_cost(env, actions: np.ndarray, steps: int, args) -> dict:
 
 def _startup_cold_vs_warm() -> dict:
     """Build the task in fresh processes: an empty kernel cache, then the warm one."""
-    with tempfile.TemporaryDirectory(prefix="fuselab-bench-") as cache:
-        cold, warm = (_build_in_fresh_process(cache) for _ in range(2))
+    cold, warm = cold_then_warm(__file__, "_build_once")
     return {
         "cold_build_ms": cold["build_ms"],
         "cold_env_ms": cold["env_ms"],
@@ -151,17 +148,6 @@ def _startup_cold_vs_warm() -> dict:
         "warm_env_ms": warm["env_ms"],
         "warm_compiled": float(warm["compiled"]),
     }
-
-
-def _build_in_fresh_process(cache_dir: str) -> dict:
-    env = dict(os.environ, FUSELAB_CACHE_DIR=cache_dir)
-    env.pop("NUMBA_CACHE_DIR", None)
-    done = subprocess.run(
-        [sys.executable, __file__, "_build_once"], env=env, capture_output=True, text=True
-    )
-    if done.returncode:
-        raise RuntimeError(f"tracking start-up process failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _build_once() -> None:

@@ -20,7 +20,7 @@ from fuselab_envs.motion import (
     synth_clip,
     write_motion_csv,
 )
-from fuselab_envs.motion.convert import load_model
+from fuselab_envs.motion.convert import load_model, lowest_foot_points
 from fuselab_sim_backends.model import model_facts
 
 MODEL = load_model()
@@ -275,3 +275,16 @@ def test_synth_rejects_bad_arguments():
         synth_clip(1.0, 0.0)
     with pytest.raises(ValueError, match="duration_s: expected at least 2 frames"):
         synth_clip(0.0, 50.0)
+
+
+def test_a_foot_of_another_shape_is_named_with_its_shape():
+    feet = "".join(
+        f'<body name="{side}_foot_link"><site name="{side}_foot"/>'
+        '<geom type="cylinder" size="0.02 0.05"/></body>'
+        for side in ("left", "right")
+    )
+    model = mujoco.MjModel.from_xml_string(f"<mujoco><worldbody>{feet}</worldbody></mujoco>")
+    names = ("left_foot_link", "right_foot_link")
+    pos, quat = np.zeros((2, 2, 3)), np.tile([1.0, 0.0, 0.0, 0.0], (2, 2, 1))
+    with pytest.raises(ValueError, match="expected a box, sphere or capsule, got a cylinder"):
+        lowest_foot_points(model, names, pos, quat)

@@ -1,13 +1,16 @@
 """Motion datasets: sources (directory, manifest, list), the end-to-end table, and the motion
 command tracking one clip per env (starts, clip ends, adaptive bins that stay in their clip)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from envs_motion import NO_LEAD, STILL
 
 import fuselab_envs
 from fuselab_envs.motion import MotionFileError, load_motion
-from fuselab_envs.motion.dataset import clip_entries, load_dataset
+from fuselab_envs.motion.dataset import clip_entries, concatenate, load_dataset
+from fuselab_envs.motion.lead import LedClip
 from fuselab_envs.motion.synth import synth_clip
 
 G1 = fuselab_envs.compose("g1_motion_tracking")
@@ -237,3 +240,20 @@ def test_lead_frames_blend_from_the_standing_pose_into_each_clip_and_back(clips_
         assert np.isfinite(led.body_lin_vel_w).all() and np.isfinite(led.body_ang_vel_w).all()
         measured = data.motion_frames[data.starts[c] : data.ends[c]]
         assert list(np.flatnonzero(measured)) == list(range(50, 50 + alone.num_frames))
+
+
+def test_clips_of_another_model_or_rate_are_refused_naming_the_first_difference():
+    first = dataclasses.replace(synth_clip(1.0, 50.0), source="a.npz")
+    joints = list(first.joint_names)
+    joints[3] = "tail_joint"
+    renamed = dataclasses.replace(first, joint_names=tuple(joints), source="b.npz")
+    slower = dataclasses.replace(first, fps=30.0, source="c.npz")
+    join = [LedClip(first, 0, 0)]
+    with pytest.raises(
+        MotionFileError,
+        match=rf"b.npz: joint_names: \['tail_joint'\] at entry 3 of {len(joints)}; "
+        rf"expected a.npz's \['{first.joint_names[3]}'\]",
+    ):
+        concatenate([*join, LedClip(renamed, 0, 0)], ["a", "b"], [1.0, 1.0])
+    with pytest.raises(MotionFileError, match=r"c.npz: fps: 30.0; expected a.npz's 50.0"):
+        concatenate([*join, LedClip(slower, 0, 0)], ["a", "c"], [1.0, 1.0])

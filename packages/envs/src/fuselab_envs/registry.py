@@ -117,23 +117,24 @@ def make_env(cfg: DictConfig) -> FusedEnv:
         cfg, chosen, env_cfg.physics_dt, actuator_forces="actuator_force" in reads
     )
     try:
-        return build_env(cfg, backend, chosen)
+        return build_env(cfg, env_cfg, reads, backend, chosen)
     except BaseException:
         backend.close()
         raise
 
 
-def build_env(cfg: DictConfig, backend: SimBackend, chosen: Robot) -> FusedEnv:
+def build_env(
+    cfg: DictConfig, env_cfg: EnvCfg, reads: set[str], backend: SimBackend, chosen: Robot
+) -> FusedEnv:
     """The task's env on ``backend``: the robot checked, its entity, action mapping, commands,
     events and task arrays built from the config (every name resolved against the model),
-    then the fused terms."""
+    then the fused terms. ``env_cfg`` is the checked ``env`` section, ``reads`` what the
+    terms read (:func:`term_inputs`)."""
     facts, n = backend.model, backend.num_envs
     if chosen.check is not None:
         chosen.check(facts, cfg.task_name)
-    env_cfg = build_section(EnvCfg, _plain(cfg.env))
     step_dt = facts.physics_dt * env_cfg.decimation
     init_qpos = chosen.init_qpos(facts)
-    reads = term_inputs(cfg)
     try:
         entity = Entity(
             backend,

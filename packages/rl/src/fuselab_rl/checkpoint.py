@@ -60,22 +60,32 @@ def checkpoint_name(iteration: int) -> str:
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
-    """Open a temporary file beside ``path``; on a clean exit it replaces ``path``."""
-    path = Path(path)
+def _temp_beside(path: Path) -> Iterator[Path]:
+    """A temporary file beside ``path``: on a clean exit it is synced to disk and replaces
+    ``path``; on an error it is removed and ``path`` stays as it was."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
+        yield Path(temp)
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.chmod(temp, _file_mode())
         os.replace(temp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "wb") -> Iterator[IO]:
+    """Open a temporary file beside ``path``; on a clean exit it replaces ``path``."""
+    with _temp_beside(Path(path)) as temp, open(temp, mode) as handle:
+        yield handle
 
 
 def save_atomic(obj: Any, path: Path) -> Path:
@@ -93,19 +103,9 @@ def write_text_atomic(path: Path, text: str) -> Path:
 
 def write_atomic_with(path: Path, write: Callable[[Path], None]) -> Path:
     """For writers that want a path (ONNX export): ``write(temp_path)``, then replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(temp))
-        os.chmod(temp, _file_mode())
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-    return path
+    with _temp_beside(Path(path)) as temp:
+        write(temp)
+    return Path(path)
 
 
 def find_checkpoint(path: str | Path, field: str = "resume") -> Path:

@@ -188,7 +188,7 @@ def run_training(cfg: DictConfig, checkpoint: dict | None) -> None:
     if handle.stop_signal is not None:  # the save is complete: the file exists
         name = signal.Signals(handle.stop_signal).name
         log.warning("stopped by %s: %s", name, handle.saved_note())
-        sys.exit(128 + handle.stop_signal)
+        sys.exit(128 + handle.stop_signal)  # the shell's status for a process a signal ended
     log.info("done: %s", handle.run_dir)
 
 
@@ -196,7 +196,7 @@ def run_training(cfg: DictConfig, checkpoint: dict | None) -> None:
 def play(cfg: DictConfig) -> None:
     """Roll a trained policy out with one env and film it (run=DIR or checkpoint=FILE)."""
     if not cfg.video:
-        os.environ.pop("MUJOCO_GL", None)  # nothing is rendered (see train)
+        os.environ.pop("MUJOCO_GL", None)  # nothing is rendered (see run_training)
     elif "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # headless: EGL; MUJOCO_GL=osmesa for software GL
     from fuselab_rl.play import import_mujoco_for_video

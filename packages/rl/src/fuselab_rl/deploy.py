@@ -154,12 +154,13 @@ class TrackingPolicy(nn.Module):
     def __init__(self, policy: nn.Module, clip_arrays: dict[str, np.ndarray]):
         super().__init__()
         self.policy = policy
-        self.obs_dim = _input_dim(policy)
-        for name in ("motion_joint_pos", "motion_joint_vel", "motion_body_pos_w"):
+        for name in (
+            "motion_joint_pos",
+            "motion_joint_vel",
+            "motion_body_pos_w",
+            "motion_body_quat_w",
+        ):
             self.register_buffer(name, torch.as_tensor(clip_arrays[name]))
-        self.register_buffer(
-            "motion_body_quat_w", torch.as_tensor(clip_arrays["motion_body_quat_w"])
-        )
         self.last_frame = int(clip_arrays["motion_joint_pos"].shape[0]) - 1
 
     def forward(self, obs: torch.Tensor, time_step: torch.Tensor):
@@ -272,8 +273,3 @@ def _command(command: Any) -> dict[str, Any]:
             digest.update(np.ascontiguousarray(command.arrays[name]).tobytes())
         description["sha256"] = digest.hexdigest()
     return description
-
-
-def _input_dim(policy: nn.Module) -> int:
-    first = next(m for m in policy.modules() if isinstance(m, nn.Linear))
-    return first.in_features

@@ -164,7 +164,8 @@ def walk_checkpoint(
     cfg = eval_config(checkpoint["config"], num_envs, seed)
     if evaluator_of(cfg) != VELOCITY:
         raise ValueError(
-            f"checkpoint: a walking run's (a {VELOCITY} command), got {cfg.task_name!r}"
+            f"checkpoint: expected a walking run's (a {VELOCITY} command); "
+            f"{checkpoint['path']!r} is a {cfg.task_name!r} run's"
         )
     commands, kinds = task_walk_commands(cfg, num_envs, seed)
     return cfg, load_policy(checkpoint), commands, kinds

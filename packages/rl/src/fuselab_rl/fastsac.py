@@ -34,7 +34,7 @@ from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl import distributed
 from fuselab_rl.fastsac_collector import AsyncCollector, Collector, EnvSpec
 from fuselab_rl.fastsac_networks import ActorPolicy, TwinDistributionalCritic, project_distribution
-from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
+from fuselab_rl.learner_sizes import TABLES, check_sized, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import EmpiricalNormalization
 from fuselab_rl.replay import NStepBatch, NStepReplay
 from fuselab_rl.threads import ThreadBudget
@@ -94,11 +94,7 @@ class FastSACCfg(Section):
     @classmethod
     def from_config(cls, algo: DictConfig) -> FastSACCfg:
         raw: dict[str, Any] = OmegaConf.to_container(algo, resolve=True)  # type: ignore[assignment]
-        if unsized := auto_keys(raw):
-            raise ValueError(
-                f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
-                f"starts (choose_learner_sizes); here expected a value"
-            )
+        check_sized(raw)
         own = {k: v for k, v in raw.items() if k not in ("name", *TABLES)}
         if missing := sorted({f.name for f in fields(cls)} - {"collector"} - own.keys()):
             raise KeyError(f"algo: missing keys {missing} (see configs/algo/fastsac.yaml)")

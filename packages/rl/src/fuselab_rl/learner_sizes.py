@@ -31,6 +31,15 @@ def auto_keys(algo: DictConfig | dict[str, Any]) -> list[str]:
     return [key for key, value in leaves if value == AUTO and key.split(".")[0] not in TABLES]
 
 
+def check_sized(algo: dict[str, Any]) -> None:
+    """An algorithm's config as its trainer reads it: every ``auto`` already chosen."""
+    if unsized := auto_keys(algo):
+        raise ValueError(
+            f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
+            "starts (choose_learner_sizes); here expected a value"
+        )
+
+
 def choose_learner_sizes(cfg: DictConfig, device: torch.device | str) -> dict[str, Any]:
     """Replace each ``auto`` of ``cfg.algo`` by the size for a learner on ``device``; returns
     {dotted key: value} of what was chosen. A table key that ``algo`` has not is an error (a

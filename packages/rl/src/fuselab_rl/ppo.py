@@ -41,7 +41,7 @@ from fuselab_env_core.ranges import (
 from fuselab_env_core.timing import elapsed_ms
 from fuselab_rl import distributed
 from fuselab_rl.episode_stats import EpisodeStats
-from fuselab_rl.learner_sizes import TABLES, auto_keys, choose_learner_sizes, describe_sizes
+from fuselab_rl.learner_sizes import TABLES, check_sized, choose_learner_sizes, describe_sizes
 from fuselab_rl.networks import ACTIVATIONS, ActorCritic
 from fuselab_rl.storage import MiniBatch, RolloutStorage
 from fuselab_rl.threads import ThreadBudget
@@ -90,12 +90,7 @@ class PPOCfg(Section):
     def from_config(cls, algo: DictConfig) -> PPOCfg:
         values = OmegaConf.to_container(algo, resolve=True)
         assert isinstance(values, dict)
-        unsized = auto_keys(values)
-        if unsized:
-            raise ValueError(
-                f"algo.{unsized[0]}: 'auto' is chosen for the learner's device when the trainer "
-                "starts (choose_learner_sizes); here expected a value"
-            )
+        check_sized(values)
         skip = ("name", "policy", *TABLES)
         own = {str(k): v for k, v in values.items() if k not in skip}
         return build_section(cls, own)
@@ -216,8 +211,9 @@ class PPO:
             cfg.smoothness_coef > 0 or cfg.spatial_smoothness_coef > 0
         ):
             raise ValueError(
-                "algo.symmetry: 'augment' does not combine with the smoothness terms; accepted "
-                "with them: none"
+                "algo.symmetry: 'augment' does not combine with the smoothness terms "
+                f"(smoothness_coef {cfg.smoothness_coef}, spatial_smoothness_coef "
+                f"{cfg.spatial_smoothness_coef}); set both to 0 or algo.symmetry=none"
             )
         self.mirrors = mirrors if cfg.symmetry == "augment" else None
         if cfg.spatial_smoothness_coef > 0.0 and (
@@ -475,8 +471,8 @@ class PPOTrainer:
         torch.manual_seed(cfg.seed)  # the networks' initial weights
         self.generator = torch.Generator().manual_seed(cfg.seed)  # batch order (on the host)
         # action noise (and the spatial smoothness term's perturbations), drawn on the learner's
-        # device; a CPU learner draws it from the same generator as the batch order (one
-        # stream, as before there were two devices to serve)
+        # device; a CPU learner draws it from the batch order's generator (one stream: a run
+        # replays from its seed alone)
         self.noise_generator = (
             self.generator
             if device.type == "cpu"

@@ -202,9 +202,13 @@ def _add_new_settings(saved: dict, defaults: Mapping[str, Any], prefix: str = ""
     return added
 
 
-def algorithm(name: str) -> Algorithm:
+def check_algorithm_name(name: str) -> None:
     if name not in ALGORITHMS:
         raise ValueError(f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {name!r}")
+
+
+def algorithm(name: str) -> Algorithm:
+    check_algorithm_name(name)
     module, attribute = ALGORITHMS[name].split(":")
     return getattr(importlib.import_module(module), attribute)
 
@@ -231,25 +235,22 @@ def _device(spec: str) -> torch.device:
     return device
 
 
-def validate_config(cfg: DictConfig, ranks: Ranks = SINGLE) -> None:
+def validate_config(cfg: DictConfig) -> None:
     """The run keys and the task's sections, before anything is built: name the key, the value
     and what is accepted (the terms' parameters are checked when the env resolves its plan;
     the algorithm checks its own keys before it builds anything)."""
 
-    def positive_int(key: str, minimum: int) -> None:
+    def int_at_least(key: str, minimum: int) -> None:
         value = OmegaConf.select(cfg, key)
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ValueError(f"{key}: expected an int >= {minimum}, got {value!r}")
 
-    positive_int("num_envs", 1)
-    positive_int("max_iterations", 0)
-    positive_int("save_interval", 1)
+    int_at_least("num_envs", 1)
+    int_at_least("max_iterations", 0)
+    int_at_least("save_interval", 1)
     if cfg.backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {cfg.backend!r}")
-    if cfg.algo.name not in ALGORITHMS:
-        raise ValueError(
-            f"algo.name: expected one of {', '.join(ALGORITHMS)}, got {cfg.algo.name!r}"
-        )
+    check_algorithm_name(cfg.algo.name)
     check_sections(cfg)  # the task's own sections (env, commands, ...)
 
 
@@ -449,7 +450,7 @@ def create_training_handle(
     cfg = copy.deepcopy(cfg)
     started = time.perf_counter()
     ranks = Ranks.from_environment()
-    validate_config(cfg, ranks)
+    validate_config(cfg)
     factory = algorithm(cfg.algo.name)
     log.info(
         "config: task %s, algo %s, %d envs on %s (%.1f ms)",

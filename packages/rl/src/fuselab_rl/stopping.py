@@ -37,17 +37,6 @@ class StopSignals:
         self.received: int | None = None
         self._previous: dict[int, Any] = {}
 
-    @property
-    def exit_code(self) -> int:
-        """The shell's convention for a process ended by the signal: 128 + its number."""
-        assert self.received is not None
-        return 128 + self.received
-
-    @property
-    def name(self) -> str:
-        assert self.received is not None
-        return signal.Signals(self.received).name
-
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
             for number in STOP_SIGNALS:

@@ -45,20 +45,22 @@ class GaitClock(Command):
         self.state = {"gait_phase": self.gait_phase}
         self._left = np.zeros(n)  # the left foot's phase (rad), running even while standing
         self._rate = np.zeros(n)  # rad per step
+        self._velocity: np.ndarray | None = None  # the velocity command's (N, 3), found on reset
 
     def reset(self, env, env_ids, qpos, qvel):
+        self._velocity = self._command(env)
         rng, k = env.rng, len(env_ids)
         self._left[env_ids] = rng.uniform(-math.pi, math.pi, k)
         frequency = 1.0 / self.period_s
         spread = self.frequency_spread_hz
         hz = rng.uniform(frequency - spread, frequency + spread, k) if spread else frequency
         self._rate[env_ids] = 2.0 * math.pi * self.step_dt * hz
-        self._publish(env, env_ids)
+        self._publish(env_ids)
 
     def advance(self, env):
         self._left += self._rate
         self._left[:] = np.mod(self._left + math.pi, 2.0 * math.pi) - math.pi
-        self._publish(env, env.all_envs)
+        self._publish(env.all_envs)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -72,12 +74,13 @@ class GaitClock(Command):
             "standing_speed": self.standing_speed,
         }
 
-    def _publish(self, env, rows: np.ndarray) -> None:
+    def _publish(self, rows: np.ndarray) -> None:
         """``gait_phase`` of ``rows``: the running clock, or pi for envs told to stand."""
         left = self._left[rows]
         self.gait_phase[rows, 0] = left
         self.gait_phase[rows, 1] = np.mod(left + 2.0 * math.pi, 2.0 * math.pi) - math.pi
-        command = self._command(env)[rows]
+        assert self._velocity is not None, "reset comes first"
+        command = self._velocity[rows]
         standing = (np.abs(command[:, :2]).max(axis=1) < self.standing_speed) & (
             np.abs(command[:, 2]) < self.standing_speed
         )

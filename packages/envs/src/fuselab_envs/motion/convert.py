@@ -197,7 +197,10 @@ def _support_points(model: mujoco.MjModel, geom: int) -> tuple[np.ndarray, float
         local, radius = np.array([[0.0, 0.0, -size[1]], [0.0, 0.0, size[1]]]), float(size[0])
     else:
         name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_GEOM, geom)
-        raise ValueError(f"model: foot geom {name!r}: expected a box, sphere or capsule")
+        raise ValueError(
+            f"model: foot geom {name!r}: expected a box, sphere or capsule, got a "
+            f"{mujoco.mjtGeom(kind).name.removeprefix('mjGEOM_').lower()}"
+        )
     points = model.geom_pos[geom] + quat_rotate(
         np.broadcast_to(model.geom_quat[geom], (len(local), 4)), local
     )

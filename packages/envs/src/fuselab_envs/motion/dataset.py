@@ -203,9 +203,22 @@ def concatenate(
     first = clips[0]
     for clip in clips[1:]:
         if clip.fps != first.fps:
-            raise MotionFileError(clip.source, "fps", f"{clip.fps} differs from {first.fps}")
-        if (clip.joint_names, clip.body_names) != (first.joint_names, first.body_names):
-            raise MotionFileError(clip.source, "joint_names", "another model's joints or bodies")
+            raise MotionFileError(
+                clip.source, "fps", f"{clip.fps}; expected {first.source}'s {first.fps}"
+            )
+        for field in ("joint_names", "body_names"):
+            theirs, ours = list(getattr(clip, field)), list(getattr(first, field))
+            if theirs != ours:
+                at = next(
+                    (k for k, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b),
+                    min(len(theirs), len(ours)),
+                )
+                raise MotionFileError(
+                    clip.source,
+                    field,
+                    f"{theirs[at : at + 1]} at entry {at} of {len(theirs)}; expected "
+                    f"{first.source}'s {ours[at : at + 1]} of {len(ours)} (one model's clips)",
+                )
     frames = np.array([clip.num_frames for clip in clips], np.int64)
     table = join(clips, first.source if len(clips) == 1 else f"{len(clips)} clips")
     weight = np.asarray(weights, np.float64)
