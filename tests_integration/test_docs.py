@@ -2,13 +2,15 @@
 started the way it is written, and every Python block runs.
 
 A fuselab Hydra app's command line is composed with ``--cfg job`` (every key and value checked,
-nothing trained); ``fuselab-motion`` and ``tools/`` scripts are asked for their subcommand's
+nothing trained), all of them in one process (a second each instead of an interpreter's start-up
+each); ``fuselab-motion`` and ``tools/`` scripts are asked for their subcommand's
 ``--help``; ``nox -s NAME`` must name a session of the noxfile; ``fuselab-list`` runs whole.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shlex
 import subprocess
@@ -48,17 +50,61 @@ def commands() -> list[tuple[str, list[str]]]:
     return found
 
 
-def invocation(words: list[str]) -> list[str] | None:
-    """The check of one ``uv run`` command line (None: nothing to run, checked in place)."""
-    python = sys.executable
+# Runs each (entry, args) of argv[1] as its command line would, in this one process; prints the
+# exit status and output of each as JSON on the last line.
+COMPOSE_ALL = """
+import contextlib, io, json, sys, traceback
+import fuselab_rl.cli as cli
+results = []
+for entry, args in json.loads(sys.argv[1]):
+    sys.argv, output, code = [entry, *args], io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+            getattr(cli, entry)()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except Exception:
+        code = 1
+        output.write(traceback.format_exc())
+    results.append([code, output.getvalue()[-3000:]])
+print(json.dumps(results))
+"""
+
+
+def hydra_call(words: list[str]) -> tuple[str, list[str]] | None:
+    """A Hydra app's command line as (its entry in fuselab_rl.cli, its arguments)."""
     if words[0] == "torchrun":  # the command after --no-python
-        return invocation(words[words.index("--no-python") + 1 :])
-    if words[0] in HYDRA_APPS:
-        if any(w.startswith("resume=") for w in words):  # the docs' run does not exist here
-            words = [w for w in words if not w.startswith("resume=")]
-        entry = HYDRA_APPS[words[0]]
-        script = f"from fuselab_rl.cli import {entry}; {entry}()"
-        return [python, "-c", script, *words[1:], "--cfg", "job"]
+        return hydra_call(words[words.index("--no-python") + 1 :])
+    if words[0] not in HYDRA_APPS:
+        return None
+    # the docs' run does not exist here
+    args = [w for w in words[1:] if not w.startswith("resume=")]
+    return HYDRA_APPS[words[0]], [*args, "--cfg", "job"]
+
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory) -> dict[str, tuple[int, str]]:
+    """Every documented Hydra command line composed in one process: (status, output) by call."""
+    calls = [call for _, words in commands() if (call := hydra_call(words)) is not None]
+    done = subprocess.run(
+        [sys.executable, "-c", COMPOSE_ALL, json.dumps(calls)],
+        cwd=tmp_path_factory.mktemp("compose"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return {
+        json.dumps(call): (code, output)
+        for call, (code, output) in zip(calls, results, strict=True)
+    }
+
+
+def invocation(words: list[str]) -> list[str] | None:
+    """The check of one ``uv run`` command line that is not a Hydra app's (None: nothing to
+    run, checked in place)."""
+    python = sys.executable
     if words[0] == "fuselab-list":
         return [python, "-c", "from fuselab_rl.cli import list_all; list_all()"]
     if words[0] == "fuselab-motion":
@@ -77,7 +123,12 @@ def invocation(words: list[str]) -> list[str] | None:
 
 
 @pytest.mark.parametrize(("where", "words"), commands(), ids=[w for w, _ in commands()])
-def test_every_documented_command_composes(where, words, tmp_path):
+def test_every_documented_command_composes(where, words, tmp_path, composed):
+    call = hydra_call(words)
+    if call is not None:
+        code, output = composed[json.dumps(call)]
+        assert code == 0, f"{where}\n{output}"
+        return
     argv = invocation(words)
     if argv is None:
         return
