@@ -41,7 +41,8 @@ def test_all(session: nox.Session) -> None:
     """Every package's tests plus tests_integration/, in one environment."""
     install_packages(session, PACKAGES)
     test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + ["tests_integration"]
-    session.run("pytest", *test_dirs, *session.posargs, env=CACHE_ENV)
+    # the slowest tests are listed at the end: where CI's minutes go, in every CI log
+    session.run("pytest", *test_dirs, "--durations=15", *session.posargs, env=CACHE_ENV)
 
 
 @nox.session

@@ -254,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--measure", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="small sizes, for CI (under a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes, for CI (minutes: mostly first compiles)"
+    )
     args = parser.parse_args(argv)
     for suite in args.suites:
         if suite not in SUITES:
