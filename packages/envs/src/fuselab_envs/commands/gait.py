@@ -45,10 +45,11 @@ class GaitClock(Command):
         self.state = {"gait_phase": self.gait_phase}
         self._left = np.zeros(n)  # the left foot's phase (rad), running even while standing
         self._rate = np.zeros(n)  # rad per step
-        self._velocity: np.ndarray | None = None  # the velocity command's (N, 3), found on reset
+        self._velocity: np.ndarray | None = None  # the velocity command's (N, 3), on first reset
 
     def reset(self, env, env_ids, qpos, qvel):
-        self._velocity = self._command(env)
+        if self._velocity is None:  # resets come nearly every step: look the command up once
+            self._velocity = self._command(env)
         rng, k = env.rng, len(env_ids)
         self._left[env_ids] = rng.uniform(-math.pi, math.pi, k)
         frequency = 1.0 / self.period_s
