@@ -238,6 +238,39 @@ def test_heading_commands_steer_the_yaw_rate_to_the_heading_every_step():
     assert 0.1 < saturated.mean() < 0.9  # heading errors past 2 rad ask the range's end
 
 
+def walk_levels(**params):
+    """A curriculum entry: the velocity command's linear ranges by levels."""
+    given = ", ".join(f"{key}: {value}" for key, value in params.items())
+    return f"+curriculum.speeds={{term: velocity_command_levels, params: {{{given}}}}}"
+
+
+def test_a_curriculum_widens_the_linear_ranges_by_levels_as_their_reward_is_earned():
+    def commands_after(env, steps):
+        for _ in range(steps):
+            result = env.step(np.zeros((64, 29), np.float32))
+        return np.abs(env.commands["velocity"].command).max(axis=0), result.info
+
+    redraw = "commands.velocity.params.resample_s=0.02"  # every step: the ranges show at once
+    # a robot that stands earns most of the reward for commands this small, not for the
+    # configured ones: the levels climb while it can
+    env = fuselab_envs.make(
+        "g1_walk_flat",
+        [redraw, walk_levels(start=0.25, step=0.25, threshold=0.75, window_s=0.2)],
+        num_envs=64,
+    )
+    reach, info = commands_after(env, 1)
+    assert reach[0] <= 0.25 and reach[1] <= 0.125 and reach[2] > 0.9  # yaw: all of its range
+    assert info["curriculum"] == {"speeds": 0.25}
+    reach, info = commands_after(env, 40)  # 4 windows
+    assert 0.5 <= info["curriculum"]["speeds"] < 1.0
+    assert reach[0] <= info["curriculum"]["speeds"] + 1e-6
+    assert env.commands["velocity"].describe()["ranges"]["lin_vel_x"] == [-1.0, 1.0]
+
+    out_of_reach = walk_levels(start=0.25, threshold=1.0, window_s=0.2)
+    env = fuselab_envs.make("g1_walk_flat", [redraw, out_of_reach], num_envs=64)
+    assert commands_after(env, 40)[1]["curriculum"] == {"speeds": 0.25}
+
+
 def test_bad_override_unknown_task_and_missing_file_are_named():
     with pytest.raises(
         KeyError,
@@ -310,6 +343,15 @@ def test_a_term_parameter_out_of_its_range_is_named_with_its_key():
             r"events\.action_delay\.params\.steps: expected \[low, high\], ints with low <= high, "
             r"each >= 0",
         ),
+        (
+            "+curriculum.speeds={term: velocity_command_level}",
+            r"curriculum\.speeds\.term: unknown curriculum 'velocity_command_level'; did you "
+            r"mean 'velocity_command_levels'",
+        ),
+        (
+            walk_levels(threshold=1.5),
+            r"curriculum\.speeds\.params\.threshold: expected >= 0 and <= 1, got 1\.5",
+        ),
         ("robot.name=h1", r"robot\.name: unknown robot 'h1'"),
         ("env.decimation=0", r"env\.decimation: expected >= 1, got 0"),
         ("env.physics_dt=0", r"env\.physics_dt: expected .*> 0.*, got 0"),
@@ -361,6 +403,30 @@ def test_a_value_checked_against_the_model_or_its_neighbours_is_named_and_the_ba
         (
             "entity.bodies=[pelvis,torso]",
             r"body 'torso' is not in the model; did you mean 'torso_link'",
+        ),
+        (
+            walk_levels(command="motion"),
+            r"curriculum\.speeds\.params\.command: expected a uniform_velocity command of the "
+            r"task \(\['velocity'\]\), got 'motion'",
+        ),
+        (
+            walk_levels(axes="[lin_vel_z]"),
+            r"curriculum\.speeds\.params\.axes: expected names among \['lin_vel_x', 'lin_vel_y', "
+            r"'ang_vel_z'\], got \['lin_vel_z'\]",
+        ),
+        (
+            walk_levels(step=0),
+            r"curriculum\.speeds\.params\.step: expected a fraction > 0, got 0",
+        ),
+        (
+            walk_levels(reward="track_velocity"),
+            r"curriculum\.speeds\.params\.reward: expected one of \['track_lin_vel', .*\], "
+            r"got 'track_velocity'",
+        ),
+        (
+            walk_levels(reward="action_rate"),
+            r"curriculum\.speeds\.params\.reward: 'action_rate' has weight -0\.01; a level is "
+            r"earned by a share of a positive reward's most",
         ),
     ]
     for override, message in bad:

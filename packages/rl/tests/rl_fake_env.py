@@ -9,7 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from fuselab_env_core.curriculum import Curriculum, curriculum
 from fuselab_env_core.env import StepResult
+from fuselab_env_core.ranges import Fraction
 
 
 class FakeEnv:
@@ -149,3 +151,17 @@ def cartpole_run_overrides(run_dir, *extra: str) -> list[str]:
         "threads=1",
         *extra,
     ]
+
+
+@curriculum("test_step_levels")
+class StepLevels(Curriculum):
+    """The level rises by ``per_step`` every env step, from ``start``."""
+
+    def __init__(self, context, start: Fraction = 0.0, per_step: Fraction = 0.01):
+        self.level, self.per_step = start, per_step
+
+    def advance(self, env):
+        self.level = min(self.level + self.per_step, 1.0)
+
+
+STEP_LEVELS = "+curriculum.levels={term: test_step_levels, params: {per_step: 0.01}}"

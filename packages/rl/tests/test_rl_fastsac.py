@@ -13,7 +13,7 @@ import pytest
 import test_rl_fastsac_helpers as helpers  # first: see its docstring
 import torch
 from omegaconf import OmegaConf
-from rl_fake_env import FakeEnv
+from rl_fake_env import STEP_LEVELS, FakeEnv
 
 from fuselab_rl.fastsac import FastSACCfg, FastSACTrainer, build_policy
 from fuselab_rl.fastsac_collector import Collector, EnvSpec, EnvStepper, record_dtype
@@ -510,11 +510,13 @@ def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):
         "progress=false",
         "plot=false",
         f"run_dir={tmp_path}",
+        STEP_LEVELS,  # the curriculum's level reaches the metrics through the records
     ]
     with create_training_handle(compose_config(overrides)) as handle:
-        handle.train()
+        level = handle.train()["Curriculum/levels"]
         exported = handle.trainer.export_policy()
     assert (tmp_path / "model_2.pt").exists() and (tmp_path / "policy.onnx").exists()
+    assert level == handle.trainer.collector.env.curricula["levels"].level > 0.0
     resumed_cfg = compose_config([*overrides, f"resume={tmp_path}", "max_iterations=1"])
     with create_training_handle(resumed_cfg) as handle:  # checkpoints load with weights_only
         assert handle.iteration == 2
@@ -522,3 +524,4 @@ def test_the_runner_trains_saves_exports_and_resumes_fastsac(tmp_path):
         assert torch.equal(handle.trainer.export_policy()(obs), exported(obs))
         metrics = handle.train()
     assert handle.iteration == 3 and math.isfinite(metrics["Loss/critic"])
+    assert metrics["Curriculum/levels"] > level  # from where the run stopped

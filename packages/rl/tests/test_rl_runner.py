@@ -10,11 +10,12 @@ import sys
 
 import pytest
 import torch
-from rl_fake_env import SMALL_PPO, cartpole_run_overrides, use_fake_env
+from rl_fake_env import SMALL_PPO, STEP_LEVELS, cartpole_run_overrides, use_fake_env
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fuselab_rl import checkpoint as checkpoint_module
 from fuselab_rl.checkpoint import load_checkpoint
+from fuselab_rl.evaluate import eval_config
 from fuselab_rl.ppo import PPOTrainer
 from fuselab_rl.runner import compose_config, create_training_handle
 from fuselab_rl.threads import ThreadBudget, available_cores
@@ -129,6 +130,22 @@ def test_a_resume_trains_what_its_run_trained_with_the_overrides_given_now_on_to
         cfg = compose_config([f"resume={first / 'model_1.pt'}"])
     assert cfg.env.episode_length_s == 10.0
     assert "the checkpoint's config has no env.episode_length_s; the task's defaults" in caplog.text
+
+
+def test_a_curriculum_level_is_logged_saved_and_resumed_and_left_out_of_evaluations(tmp_path):
+    first = tmp_path / "first"
+    with create_training_handle(config(first, STEP_LEVELS)) as handle:
+        metrics = handle.train(2)
+        level = handle.trainer.env.curricula["levels"].level
+    assert level > 0.0 and metrics["Curriculum/levels"] == level
+    saved = load_checkpoint(first / "model_2.pt")
+    assert saved["curriculum"] == {"levels": level}
+    resumed = compose_config([f"resume={first}"])
+    assert resumed.curriculum.levels.params == {"per_step": 0.01, "start": level}
+    with create_training_handle(resumed) as handle:
+        assert handle.trainer.env.curricula["levels"].level == level
+        assert handle.train(1)["Curriculum/levels"] > level
+    assert "curriculum" not in eval_config(saved["config"], num_envs=2, seed=0)
 
 
 def test_a_fixed_schedule_resumes_at_the_configured_rate_not_the_saved_one(monkeypatch, tmp_path):

@@ -5,7 +5,7 @@ commands and events, observations)::
 
     apply actions -> physics substeps (decimation) -> fused copy of the bound body states
     -> score (fused: preamble, rewards, terminations) -> failure statistics
-    -> advance (hook: commands, motion frame, clip end, events)
+    -> advance (hook: curricula, commands, motion frame, clip end, events)
     -> observe the done rows (their terminal observations) -> reset the done rows
     -> copy of the rows advance or a reset wrote -> observe every row
 
@@ -15,11 +15,13 @@ reset. Two full kernel passes a step (score, observe) plus the done rows' termin
 
 What is task-specific outside the kernel is configuration, built into components the env
 calls at fixed points: the action mapping (:mod:`fuselab_env_core.actions`: actions ->
-controls), the command generators (:mod:`fuselab_env_core.commands`: per-env targets terms read)
-and the events (:mod:`fuselab_env_core.events`: startup, reset and interval). A reset builds each
-row's state from the robot's initial state, then the reset events, then the commands (a motion
-reference may replace it), and writes it once. Everything per env runs in the backend, the
-fused kernels and those components' whole-array code; the Python here touches whole arrays only.
+controls), the command generators (:mod:`fuselab_env_core.commands`: per-env targets terms read),
+the events (:mod:`fuselab_env_core.events`: startup, reset and interval) and the curricula
+(:mod:`fuselab_env_core.curriculum`: settings that follow the policy's progress). A reset
+builds each row's state from the robot's initial state, then the reset events, then the
+commands (a motion reference may replace it), and writes it once. Everything per env runs in
+the backend, the fused kernels and those components' whole-array code; the Python here touches
+whole arrays only.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from fuselab_env_core.actions import JointAction
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.commands import Command
 from fuselab_env_core.config import TaskTermsCfg
+from fuselab_env_core.curriculum import Curriculum
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.events import EventManager
 from fuselab_env_core.ranges import PositiveFloat, PositiveInt, Section, check_value
@@ -98,6 +101,7 @@ class FusedEnv:
         episode_length_s: float,
         commands: Mapping[str, Command] | None = None,
         events: EventManager | None = None,
+        curricula: Mapping[str, Curriculum] | None = None,
         arrays: Mapping[str, np.ndarray] | None = None,
         joint_mirror: Mirror | None = None,
         num_threads: int | None = None,
@@ -113,6 +117,7 @@ class FusedEnv:
         self.backend, self.robot, self.action = backend, robot, action
         self.commands = dict(commands or {})
         self.events = events
+        self.curricula = dict(curricula or {})
         self.joint_mirror = joint_mirror
         self.num_envs, self.decimation = n, decimation
         self.step_dt = facts.physics_dt * decimation
@@ -174,10 +179,13 @@ class FusedEnv:
         self.truncated = np.zeros(n, np.bool_)
         self.terminal_obs = {g: np.zeros_like(o) for g, o in buffers.obs.items()}
         self.episode_return = np.zeros(n, np.float32)
-        self._reward_means = np.zeros(len(self.terms.plan.rewards), np.float64)
+        # each reward term's mean over the envs in the step just scored (value * weight * dt)
+        self.reward_means = np.zeros(len(self.terms.plan.rewards), np.float64)
         self._termination_rates = np.zeros(len(self.terms.plan.terminations), np.float64)
         self._no_rows = np.zeros(0, np.intp)
         self.terms.seed_noise(seed)
+        for schedule in self.curricula.values():
+            schedule.bind(self)
         if events:
             events.startup(self)
         self.reset_all()
@@ -248,6 +256,8 @@ class FusedEnv:
         self._outcome()
         info = self._statistics()
         self._advance()
+        if self.curricula:
+            info["curriculum"] = {name: c.level for name, c in self.curricula.items()}
         np.logical_or(self.terminated, self.truncated, out=self._done)
         done = np.flatnonzero(self._done)
         if done.size:
@@ -284,7 +294,9 @@ class FusedEnv:
         self.backend.set_controls(self._controls)
 
     def _advance(self) -> None:
-        """After scoring, before resets: the commands, then the interval events."""
+        """After scoring, before resets: the curricula, the commands, then the interval events."""
+        for schedule in self.curricula.values():
+            schedule.advance(self)
         for generator in self.commands.values():
             generator.advance(self)
         if self.events:
@@ -358,11 +370,11 @@ class FusedEnv:
 
     def _statistics(self) -> dict[str, Any]:
         b, plan = self.terms.buffers, self.terms.plan
-        _column_means(b.reward_terms, self._reward_means)
+        _column_means(b.reward_terms, self.reward_means)
         _column_means(b.termination_terms, self._termination_rates)
         return {
             "reward_terms": {
-                c.entry: float(m) for c, m in zip(plan.rewards, self._reward_means, strict=True)
+                c.entry: float(m) for c, m in zip(plan.rewards, self.reward_means, strict=True)
             },
             "terminations": {
                 c.entry: float(r)

@@ -19,6 +19,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 import fuselab_envs.commands  # noqa: F401 - registers the command generators tasks name
+import fuselab_envs.curricula  # noqa: F401 - registers the curricula tasks name
 import fuselab_envs.terms.cartpole  # noqa: F401 - registers the terms tasks name
 import fuselab_envs.terms.common  # noqa: F401
 import fuselab_envs.terms.contacts  # noqa: F401
@@ -28,6 +29,7 @@ import fuselab_envs.terms.velocity  # noqa: F401
 from fuselab_env_core.actions import ACTIONS, CONSTRUCTOR_ARGS, build_action
 from fuselab_env_core.backend import SimBackend
 from fuselab_env_core.commands import COMMANDS, CommandContext, build_commands
+from fuselab_env_core.curriculum import CurriculumContext, bind_curriculum, build_curricula
 from fuselab_env_core.entity import Entity
 from fuselab_env_core.env import EnvCfg, FusedEnv
 from fuselab_env_core.events import EventManager
@@ -127,9 +129,9 @@ def build_env(
     cfg: DictConfig, env_cfg: EnvCfg, reads: set[str], backend: SimBackend, chosen: Robot
 ) -> FusedEnv:
     """The task's env on ``backend``: the robot checked, its entity, action mapping, commands,
-    events and task arrays built from the config (every name resolved against the model),
-    then the fused terms. ``env_cfg`` is the checked ``env`` section, ``reads`` what the
-    terms read (:func:`term_inputs`)."""
+    events, curricula and task arrays built from the config (every name resolved against the
+    model), then the fused terms. ``env_cfg`` is the checked ``env`` section, ``reads`` what
+    the terms read (:func:`term_inputs`)."""
     facts, n = backend.model, backend.num_envs
     if chosen.check is not None:
         chosen.check(facts, cfg.task_name)
@@ -159,6 +161,9 @@ def build_env(
                 f"{list(entity.body_names)}, in order (terms index both by the same rows)"
             )
     events = EventManager(_plain(cfg.get("events")), backend, step_dt, env_cfg.randomize)
+    curricula = build_curricula(
+        _plain(cfg.get("curriculum")), CurriculumContext("curriculum", step_dt, commands)
+    )
     arrays = {
         **joint_task_arrays(facts, init_qpos),
         **_joint_arrays(_plain(cfg.get("joint_arrays")), facts),
@@ -173,6 +178,7 @@ def build_env(
         episode_length_s=env_cfg.episode_length_s,
         commands=commands,
         events=events,
+        curricula=curricula,
         arrays=arrays,
         joint_mirror=chosen.mirror(facts.joint_names) if chosen.mirror else None,
         num_threads=cfg.num_threads,
@@ -182,11 +188,12 @@ def build_env(
 
 def check_sections(cfg: DictConfig) -> EnvCfg:
     """What a task's config can be checked for before its model is loaded: a known robot, the
-    ``env`` section, and every action mapping, command and event named in the registries with
-    parameters of the accepted types and ranges (names of bodies, joints, ... are resolved when
-    the env is built). A bad value is an error naming its full key. The task's name need not be
-    registered here: a composed config is the whole task (a run's saved config builds in any
-    process, a registered task's in a collector process too). Returns the ``env`` section."""
+    ``env`` section, and every action mapping, command, event and curriculum named in the
+    registries with parameters of the accepted types and ranges (names of bodies, joints, ...
+    are resolved when the env is built). A bad value is an error naming its full key. The
+    task's name need not be registered here: a composed config is the whole task (a run's saved
+    config builds in any process, a registered task's in a collector process too). Returns the
+    ``env`` section."""
     robot(cfg.robot.name)
     env_cfg = build_section(EnvCfg, _plain(cfg.env))
     tables = (
@@ -203,6 +210,9 @@ def check_sections(cfg: DictConfig) -> EnvCfg:
     for name, spec in (_plain(cfg.get("events")) or {}).items():
         if spec is not None:  # null: off
             EventManager.bind(name, spec)
+    for name, spec in (_plain(cfg.get("curriculum")) or {}).items():
+        if spec is not None:
+            bind_curriculum(name, spec)
     return env_cfg
 
 

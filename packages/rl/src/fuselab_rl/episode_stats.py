@@ -5,7 +5,8 @@
 * ``Episode/finished``: episodes that finished since the last :meth:`EpisodeStats.metrics`;
 * ``Reward/<term>``: per-step mean over all envs of each reward term (value * weight * dt);
 * ``Termination/<name>``: the fraction of the episodes finished since the last call that this
-  termination ended (0 when none finished; a row may count for more than one name).
+  termination ended (0 when none finished; a row may count for more than one name);
+* ``Curriculum/<name>``: each curriculum's level after the latest step (a task with curricula).
 
 A collector calls :meth:`EpisodeStats.add` after every ``env.step`` and :meth:`metrics` once per
 iteration. FastSAC's transition records carry a step's summary instead of its ``info``; they go
@@ -29,6 +30,7 @@ class EpisodeStats:
         self._recent_count = 0
         self._reward_sums: dict[str, float] = {}
         self._termination_counts: dict[str, float] = {}
+        self._levels: dict[str, float] = {}
         self._steps = 0
         self._finished = 0
 
@@ -41,6 +43,7 @@ class EpisodeStats:
             finished,
             episode_return=info["episode_return"] if finished else 0.0,
             episode_length=info["episode_length"] if finished else 0.0,
+            curriculum=info.get("curriculum", {}),
         )
 
     def add_step(
@@ -51,10 +54,13 @@ class EpisodeStats:
         *,
         episode_return: float = 0.0,
         episode_length: float = 0.0,
+        curriculum: Mapping[str, float] | None = None,
     ) -> None:
         """Accumulate one step's summary: the mean over all envs of each reward term and
-        termination, the episodes that ended, and their mean return and length."""
+        termination, the episodes that ended, their mean return and length, and the levels of
+        the curricula."""
         self._steps += 1
+        self._levels.update(curriculum or {})
         for term, value in reward_terms.items():
             self._reward_sums[term] = self._reward_sums.get(term, 0.0) + float(value)
         for name in terminations:
@@ -85,6 +91,8 @@ class EpisodeStats:
             out[f"Reward/{term}"] = total / steps
         for name, count in self._termination_counts.items():
             out[f"Termination/{name}"] = count / self._finished if self._finished else 0.0
+        for name, level in self._levels.items():
+            out[f"Curriculum/{name}"] = float(level)
         self._reward_sums = dict.fromkeys(self._reward_sums, 0.0)
         self._termination_counts = dict.fromkeys(self._termination_counts, 0.0)
         self._steps = self._finished = 0

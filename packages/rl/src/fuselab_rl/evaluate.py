@@ -530,7 +530,8 @@ def eval_config(
     it) resolved into a copy, on ``num_envs`` envs of MuJoCo CPU seeded with ``seed``; with
     ``events="nominal"`` only the events that set the reset state run (``env.randomize``
     false), with ``"train"`` the events the run trained with, with ``"randomized"`` every event
-    of the task's table; ``push`` adds pushes of up to that many m/s."""
+    of the task's table; ``push`` adds pushes of up to that many m/s. Without the run's
+    curricula: the task as configured."""
     resolved = (
         OmegaConf.to_container(config, resolve=True)
         if isinstance(config, DictConfig)
@@ -539,6 +540,7 @@ def eval_config(
     cfg = OmegaConf.create(resolved)
     assert isinstance(cfg, DictConfig)
     cfg.num_envs, cfg.backend, cfg.seed = num_envs, "mujoco", seed
+    cfg.pop("curriculum", None)  # the task as configured, not a training level of it
     from fuselab_env_core.events import EVENTS
 
     trained_randomized = cfg.env.get("randomize", True)

@@ -59,6 +59,7 @@ class EnvSpec:
     reward_terms: tuple[str, ...]
     terminations: tuple[str, ...]
     action_reach: tuple[float, ...]  # per action, where its joint's limits are reached
+    curricula: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, env: Any) -> EnvSpec:
@@ -66,7 +67,8 @@ class EnvSpec:
         dims = {group: int(o.shape[1]) for group, o in obs.items()}
         terms = tuple(c.entry for c in plan.rewards), tuple(c.entry for c in plan.terminations)
         reach = tuple(float(r) for r in env.action.reach)
-        return cls(int(env.num_envs), dims, int(env.action_dim), *terms, reach)
+        curricula = tuple(getattr(env, "curricula", {}))
+        return cls(int(env.num_envs), dims, int(env.action_dim), *terms, reach, curricula)
 
 
 def record_dtype(spec: EnvSpec) -> np.dtype:
@@ -83,6 +85,7 @@ def record_dtype(spec: EnvSpec) -> np.dtype:
         "episodes": (np.float64, (3,)),
         "reward_terms": (np.float64, (len(spec.reward_terms),)),
         "terminations": (np.float64, (len(spec.terminations),)),
+        "curriculum": (np.float64, (len(spec.curricula),)),  # the levels
         "timing": (np.float64, (4,)),
         "policy_updates": (np.int64, ()),  # the update count of the policy that acted
     }
@@ -131,6 +134,7 @@ class EnvStepper:
         record["episodes"] = (n, info["episode_return"] * n, info["episode_length"] * n) if n else 0
         record["reward_terms"] = list(info["reward_terms"].values())
         record["terminations"] = list(info["terminations"].values())
+        record["curriculum"] = list(info.get("curriculum", {}).values())
         record["seq"], record["policy_updates"] = self.steps, policy_updates
         record["timing"] = time.perf_counter() - started, env_s, blocked_s, time.monotonic()
         self.obs, self.steps = result.obs, self.steps + 1
@@ -187,6 +191,9 @@ class Collector:
                 int(finished),
                 episode_return=return_sum / max(finished, 1.0),
                 episode_length=length_sum / max(finished, 1.0),
+                curriculum=dict(
+                    zip(self.spec.curricula, record["curriculum"].tolist(), strict=True)
+                ),
             )
             busy_s, env_s, blocked_s, commit = record["timing"].tolist()
             lag = self.learner.updates - int(record["policy_updates"])

@@ -46,9 +46,11 @@ class PlayResult:
 
 
 def rollout_config(checkpoint: dict[str, Any], seed: int = 0) -> DictConfig:
-    """The checkpoint's training config, narrowed to one env on the MuJoCo CPU backend."""
+    """The checkpoint's training config, narrowed to one env on the MuJoCo CPU backend, without
+    its curricula (the task as configured)."""
     cfg = OmegaConf.create(checkpoint["config"])
     assert isinstance(cfg, DictConfig)
+    cfg.pop("curriculum", None)
     cfg.num_envs = 1
     cfg.backend = "mujoco"
     cfg.threads = cfg.num_threads = 1

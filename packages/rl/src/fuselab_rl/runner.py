@@ -148,6 +148,7 @@ def compose_resume_config(overrides: Sequence[str]) -> tuple[DictConfig, dict[st
     own = [o for o in rest if o.split("=", 1)[0] in INVOCATION_KEYS or o.startswith("hydra.")]
     fresh = _compose([*chosen, *own], "train")
     saved = _saved_config(checkpoint, fresh)
+    _start_curricula_at(saved, checkpoint.get("curriculum") or {})
     for key in INVOCATION_KEYS:
         saved[key] = fresh[key]
     ConfigStore.instance().store(name=RESUMED_CONFIG, node=saved)
@@ -185,6 +186,21 @@ def _saved_config(checkpoint: Mapping[str, Any], defaults: DictConfig) -> DictCo
             ", ".join(added),
         )
     return OmegaConf.create(saved)
+
+
+def curriculum_levels(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Each curriculum's level in an iteration's metrics (``Curriculum/<name>``)."""
+    prefix = "Curriculum/"
+    return {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def _start_curricula_at(saved: DictConfig, levels: Mapping[str, float]) -> None:
+    """A resumed run's curricula go on from the levels its checkpoint reached."""
+    for name, level in levels.items():
+        entry = OmegaConf.select(saved, f"curriculum.{name}")
+        if entry is not None:
+            entry.params = {**(entry.get("params") or {}), "start": float(level)}
+            log.info("resume: curriculum.%s goes on from level %.2f", name, level)
 
 
 def _add_new_settings(saved: dict, defaults: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -337,6 +353,7 @@ class TrainingHandle:
             "env_steps": self.env_steps,
             "wall_s": self.wall_s,
             "trainer": self.trainer.state_dict(),
+            "curriculum": curriculum_levels(self.last_metrics),
             "config": OmegaConf.to_container(self.cfg, resolve=True),
             "versions": versions(),
         }

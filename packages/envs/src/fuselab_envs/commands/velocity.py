@@ -10,6 +10,7 @@ command as the state buffer ``command`` (N, 3).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,8 @@ import numpy as np
 from fuselab_env_core.commands import Command, CommandContext, command
 from fuselab_env_core.ranges import Fraction, Interval, PositiveFloat
 from fuselab_env_core.rotations import np_wrap_angle, np_yaw
+
+AXES = ("lin_vel_x", "lin_vel_y", "ang_vel_z")  # the command's columns, by their range's name
 
 
 @command("uniform_velocity")
@@ -45,7 +48,8 @@ class UniformVelocityCommand(Command):
         self.resample_s, self.heading_stiffness = resample_s, heading_stiffness
         self.standing_fraction, self.turning_fraction = standing_fraction, turning_fraction
         self.straight_fraction, self.heading_fraction = straight_fraction, heading_fraction
-        self.ranges = (lin_vel_x, lin_vel_y, ang_vel_z)
+        self.limits = (lin_vel_x, lin_vel_y, ang_vel_z)  # the configured ranges
+        self.ranges = list(self.limits)  # what is drawn from (a curriculum narrows them)
         self.command = np.zeros((n, 3), np.float32)
         self.state = {"command": self.command}
         self.steering = np.zeros(n, np.bool_)  # the commands that steer to a heading
@@ -95,16 +99,20 @@ class UniformVelocityCommand(Command):
         self._steps_to_resample[:] = np.iinfo(np.int32).max
         self.steering[:] = False
 
+    def scale_ranges(self, axes: Sequence[str], fraction: float) -> None:
+        """Draw ``axes`` (names of :data:`AXES`) from ``fraction`` of their configured ranges,
+        from the next draw on."""
+        for name in axes:
+            axis = AXES.index(name)
+            low, high = self.limits[axis]
+            self.ranges[axis] = (fraction * low, fraction * high)
+
     def describe(self) -> dict[str, Any]:
         return {
             "kind": "velocity",
             "layout": ["lin_vel_x_mps", "lin_vel_y_mps", "ang_vel_z_radps"],
             "frame": "base (heading of the pelvis)",
-            "ranges": {
-                "lin_vel_x": list(self.ranges[0]),
-                "lin_vel_y": list(self.ranges[1]),
-                "ang_vel_z": list(self.ranges[2]),
-            },
+            "ranges": {name: list(limits) for name, limits in zip(AXES, self.limits, strict=True)},
         }
 
     def _steer(self, heading_error: np.ndarray) -> np.ndarray:
