@@ -226,3 +226,15 @@ def test_a_section_is_checked_however_it_is_built_naming_its_key():
         build_section(_WindowCfg, {"seconds": 0})
     with pytest.raises(ValueError, match=r"^window: unknown keys \['secs'\]; accepted: \["):
         build_section(_WindowCfg, {"secs": 2})
+
+
+def test_a_curriculum_that_cannot_begin_at_a_level_is_refused_when_registered():
+    from fuselab_env_core.curriculum import CURRICULA, Curriculum, curriculum
+
+    with pytest.raises(TypeError, match="curriculum 'no_start': its constructor must take start"):
+
+        @curriculum("no_start")
+        class NoStart(Curriculum):
+            def __init__(self, context, step: Fraction = 0.1): ...
+
+    assert "no_start" not in CURRICULA.names()

@@ -8,16 +8,18 @@ A task's ``curriculum:`` table names them::
 
 A curriculum is a :class:`Curriculum` subclass registered with :func:`curriculum`; its keyword
 constructor parameters (after the :class:`CurriculumContext`) are checked like any configured
-value. It is built with the task's command generators, which it may change (their ranges, from
-their next draw), bound to the env once the terms are built (:meth:`Curriculum.bind`: names
-resolved once) and called once a step after scoring, before the commands advance
-(:meth:`Curriculum.advance`). Its ``level`` (in [0, 1]; 1: the task as configured) is in every
-step's ``info["curriculum"]``; a trainer logs it, and a resumed run goes on from it.
-Evaluations and rollouts of a trained policy build the task without its curriculum.
+value, and one of them is ``start``, the level it begins at (a resumed run's is its
+checkpoint's). It is built with the task's command generators, which it may change (their
+ranges, from their next draw), bound to the env once the terms are built
+(:meth:`Curriculum.bind`: names resolved once) and called once a step after scoring, before the
+commands advance (:meth:`Curriculum.advance`). Its ``level`` (in [0, 1]; 1: the task as
+configured) is in every step's ``info["curriculum"]``; a trainer logs it, and a resumed run goes
+on from it. Evaluations and rollouts of a trained policy build the task without its curriculum.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -61,6 +63,8 @@ def curriculum(name: str) -> Callable[[CurriculumType], CurriculumType]:
     """Register a :class:`Curriculum` subclass under ``name`` (the class is returned as it is)."""
 
     def decorate(cls: CurriculumType) -> CurriculumType:
+        if "start" not in inspect.signature(cls.__init__).parameters:
+            raise TypeError(f"curriculum {name!r}: its constructor must take start (a level)")
         CURRICULA.register(name, cls)
         return cls
 

@@ -188,7 +188,7 @@ def _saved_config(checkpoint: Mapping[str, Any], defaults: DictConfig) -> DictCo
     return OmegaConf.create(saved)
 
 
-def curriculum_levels(metrics: Mapping[str, float]) -> dict[str, float]:
+def _curriculum_levels(metrics: Mapping[str, float]) -> dict[str, float]:
     """Each curriculum's level in an iteration's metrics (``Curriculum/<name>``)."""
     prefix = "Curriculum/"
     return {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
@@ -353,7 +353,7 @@ class TrainingHandle:
             "env_steps": self.env_steps,
             "wall_s": self.wall_s,
             "trainer": self.trainer.state_dict(),
-            "curriculum": curriculum_levels(self.last_metrics),
+            "curriculum": _curriculum_levels(self.last_metrics),
             "config": OmegaConf.to_container(self.cfg, resolve=True),
             "versions": versions(),
         }
