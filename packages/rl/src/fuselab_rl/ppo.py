@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -49,6 +50,10 @@ from fuselab_rl.threads import ThreadBudget
 log = logging.getLogger(__name__)
 
 MIN_LEARNING_RATE, MAX_LEARNING_RATE = 1e-5, 1e-2  # bounds of the adaptive schedule
+# what an update sums over its mini-batches (their means are its metrics)
+UPDATE_SUMS = (
+    "surrogate", "value", "entropy", "smoothness", "spatial_smoothness", "kl", "clip_fraction", "lr"
+)  # fmt: skip
 
 
 @dataclass
@@ -265,23 +270,10 @@ class PPO:
         ``generator``, for a CPU learner)."""
         cfg = self.cfg
         entropy_coef = self.entropy_coef()
-        sums = dict.fromkeys(
-            (
-                "surrogate",
-                "value",
-                "entropy",
-                "smoothness",
-                "spatial_smoothness",
-                "kl",
-                "clip_fraction",
-                "lr",
-            ),
-            0.0,
-        )
+        sums = dict.fromkeys(UPDATE_SUMS, 0.0)
         allreduce_s = 0.0  # under torchrun: the time spent averaging over the ranks
         batches = 0
         smoothing = cfg.smoothness_coef > 0.0  # a loss over consecutive steps: whole-env batches
-        spatial_smoothing = cfg.spatial_smoothness_coef > 0.0
         for batch in storage.mini_batches(
             cfg.num_mini_batches, cfg.num_learning_epochs, generator, whole_envs=smoothing
         ):
@@ -305,38 +297,14 @@ class PPO:
             sums["lr"] += self.learning_rate
 
             ratio = torch.exp(log_probs - batch.old_log_probs)
-            surrogate = -batch.advantages * ratio
-            surrogate_clipped = -batch.advantages * ratio.clamp(
-                1.0 - cfg.clip_param, 1.0 + cfg.clip_param
-            )
-            surrogate_loss = torch.max(surrogate, surrogate_clipped).mean()
-
-            if cfg.use_clipped_value_loss:
-                values_clipped = batch.old_values + (values - batch.old_values).clamp(
-                    -cfg.clip_param, cfg.clip_param
-                )
-                value_loss = torch.max(
-                    (values - batch.returns).square(), (values_clipped - batch.returns).square()
-                ).mean()
-            else:
-                value_loss = (values - batch.returns).square().mean()
-
+            surrogate_loss = _clipped_surrogate(ratio, batch.advantages, cfg.clip_param)
+            value_loss = self._value_loss(values, batch)
             loss = surrogate_loss + cfg.value_loss_coef * value_loss - entropy_coef * entropy
-            if smoothing:
-                smoothness = _temporal_smoothness(dist.mean, batch)
-                loss = loss + cfg.smoothness_coef * smoothness
-                sums["smoothness"] += smoothness.item()
-            if spatial_smoothing:
-                assert self.actor_noise_std is not None  # checked when built
-                spatial = _spatial_smoothness(
-                    self.policy,
-                    batch.actor_obs,
-                    dist.mean,
-                    self.actor_noise_std,
-                    noise_generator or generator,
-                )
-                loss = loss + cfg.spatial_smoothness_coef * spatial
-                sums["spatial_smoothness"] += spatial.item()
+            for name, coef, term in self._smoothness_terms(
+                dist, batch, noise_generator or generator
+            ):
+                loss = loss + coef * term
+                sums[name] += term.item()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             started = time.perf_counter()
@@ -353,8 +321,41 @@ class PPO:
             sums["clip_fraction"] += ((ratio - 1.0).abs() > cfg.clip_param).float().mean().item()
         self.updates += 1
         means = {k: v / max(batches, 1) for k, v in sums.items()}
-        optional_losses = {"Loss/smoothness": means["smoothness"]} if smoothing else {}
-        if spatial_smoothing:
+        return self._update_metrics(means, batches, entropy_coef, allreduce_s)
+
+    def _value_loss(self, values: torch.Tensor, batch: MiniBatch) -> torch.Tensor:
+        """The critic's squared error to the returns; clipped: no better than a value that
+        moved at most clip_param from the rollout's (rsl_rl's clipped value loss)."""
+        if not self.cfg.use_clipped_value_loss:
+            return (values - batch.returns).square().mean()
+        clip = self.cfg.clip_param
+        values_clipped = batch.old_values + (values - batch.old_values).clamp(-clip, clip)
+        return torch.max(
+            (values - batch.returns).square(), (values_clipped - batch.returns).square()
+        ).mean()
+
+    def _smoothness_terms(
+        self, dist: torch.distributions.Normal, batch: MiniBatch, generator: torch.Generator
+    ) -> Iterator[tuple[str, float, torch.Tensor]]:
+        """(name, coefficient, loss) of each CAPS term the config turns on."""
+        cfg = self.cfg
+        if cfg.smoothness_coef > 0.0:
+            yield "smoothness", cfg.smoothness_coef, _temporal_smoothness(dist.mean, batch)
+        if cfg.spatial_smoothness_coef > 0.0:
+            assert self.actor_noise_std is not None  # checked when built
+            spatial = _spatial_smoothness(
+                self.policy, batch.actor_obs, dist.mean, self.actor_noise_std, generator
+            )
+            yield "spatial_smoothness", cfg.spatial_smoothness_coef, spatial
+
+    def _update_metrics(
+        self, means: dict[str, float], batches: int, entropy_coef: float, allreduce_s: float
+    ) -> dict[str, float]:
+        cfg = self.cfg
+        optional_losses = {}
+        if cfg.smoothness_coef > 0.0:
+            optional_losses["Loss/smoothness"] = means["smoothness"]
+        if cfg.spatial_smoothness_coef > 0.0:
             optional_losses["Loss/spatial_smoothness"] = means["spatial_smoothness"]
         if cfg.entropy_decay_iterations is not None:
             optional_losses["Loss/entropy_coef"] = entropy_coef
@@ -383,6 +384,15 @@ class PPO:
             self.learning_rate = min(MAX_LEARNING_RATE, self.learning_rate * 1.5)
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate
+
+
+def _clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip_param: float
+) -> torch.Tensor:
+    """PPO's pessimistic surrogate: the worse of the ratio's and the clipped ratio's."""
+    surrogate = -advantages * ratio
+    surrogate_clipped = -advantages * ratio.clamp(1.0 - clip_param, 1.0 + clip_param)
+    return torch.max(surrogate, surrogate_clipped).mean()
 
 
 def _temporal_smoothness(mean: torch.Tensor, batch: MiniBatch) -> torch.Tensor:
