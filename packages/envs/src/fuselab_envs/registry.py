@@ -302,6 +302,18 @@ def explain_override(error: Exception, overrides: Sequence[str], base: DictConfi
     return f"overrides {list(overrides)}: {error}"
 
 
+def flat_items(node: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A nested config (plain containers) as (dotted key, leaf value) pairs; lists are leaves,
+    and so is an empty mapping below the top (a key set to ``{}``)."""
+    if not isinstance(node, Mapping) or (not node and prefix):
+        return [(prefix, node)]
+    return [
+        leaf
+        for key, value in node.items()
+        for leaf in flat_items(value, f"{prefix}.{key}" if prefix else str(key))
+    ]
+
+
 def dotted_keys(node: Any, prefix: str = "") -> list[str]:
     """Every key of a nested mapping, dotted (``a``, ``a.b``, ...)."""
     if not isinstance(node, dict):

@@ -465,11 +465,11 @@ def changed_config(run_config: Mapping[str, Any], changes: Mapping[str, Any]) ->
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     from fuselab_env_core.terms import did_you_mean
-    from fuselab_envs.registry import dotted_keys
+    from fuselab_envs.registry import dotted_keys, flat_items
 
     changed = OmegaConf.create(dict(run_config))
     OmegaConf.set_struct(changed, True)
-    for key, value in _leaves(changes):
+    for key, value in flat_items(changes):
         try:
             OmegaConf.update(changed, key, value, merge=True)
         except (ConfigAttributeError, ConfigKeyError) as error:
@@ -480,15 +480,6 @@ def changed_config(run_config: Mapping[str, Any], changes: Mapping[str, Any]) ->
             raise KeyError(message) from None
     OmegaConf.set_struct(changed, False)
     return changed
-
-
-def _leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) of every leaf; an empty mapping is a leaf, except at the top."""
-    if isinstance(node, Mapping) and (node or not prefix):
-        for key, value in node.items():
-            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
-    else:
-        yield prefix, node
 
 
 def evaluate_policy(

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from fuselab_envs.registry import flat_items
+
 AUTO = "auto"
 TABLES = ("learner_sizes",)  # the tables themselves are never sized
 _ABSENT = object()  # a key a table does not hold (a null it holds is a value)
@@ -81,17 +83,6 @@ def keep_saved_sizes(cfg: DictConfig, saved_algo: dict[str, Any]) -> None:
         value = OmegaConf.select(saved, key, default=_ABSENT)
         if value is not _ABSENT:
             OmegaConf.update(cfg.algo, key, value)
-
-
-def flat_items(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """A nested config (plain containers) as (dotted key, leaf value) pairs; lists are leaves."""
-    if not isinstance(tree, dict):
-        return [(prefix, tree)]
-    return [
-        leaf
-        for key, value in tree.items()
-        for leaf in flat_items(value, f"{prefix}.{key}" if prefix else str(key))
-    ]
 
 
 def _table(device: torch.device | str) -> str:

@@ -31,6 +31,7 @@ from fuselab_envs.registry import (
     BACKENDS,
     check_sections,
     explain_override,
+    flat_items,
     search_path_overrides,
 )
 from fuselab_rl import distributed
@@ -45,7 +46,7 @@ from fuselab_rl.checkpoint import (
     write_text_atomic,
 )
 from fuselab_rl.distributed import SINGLE, Ranks
-from fuselab_rl.learner_sizes import flat_items, keep_saved_sizes
+from fuselab_rl.learner_sizes import keep_saved_sizes
 from fuselab_rl.stopping import PartnerFailed, StopSignals
 from fuselab_rl.threads import ThreadBudget
 
