@@ -12,7 +12,7 @@ value. It owns per-env state buffers (``state``: terms read them as inputs, e.g.
 and may hand the kernel task arrays (``arrays``: a clip's frames). The env calls it on new
 episodes (:meth:`Command.reset`, with the reset state being built, which a reference-state
 command overwrites) and once a step after scoring (:meth:`Command.advance`); both work on whole
-arrays of env ids.
+arrays of env ids. What a generator reads of the env it resolves once (:meth:`Command.bind`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ class Command:
 
     state: dict[str, np.ndarray]  # per-env buffers terms read by name
     arrays: dict[str, np.ndarray] = {}  # task arrays terms read by name
+
+    def bind(self, env: FusedEnv) -> None:
+        """Resolve what it reads of the env (another command's buffers), once, before the first
+        reset."""
 
     def reset(self, env: FusedEnv, env_ids: np.ndarray, qpos: np.ndarray, qvel: np.ndarray):
         """New episodes in ``env_ids``; ``qpos``/``qvel`` are their reset state, not yet written

@@ -184,8 +184,8 @@ class FusedEnv:
         self._termination_rates = np.zeros(len(self.terms.plan.terminations), np.float64)
         self._no_rows = np.zeros(0, np.intp)
         self.terms.seed_noise(seed)
-        for schedule in self.curricula.values():
-            schedule.bind(self)
+        for component in (*self.commands.values(), *self.curricula.values()):
+            component.bind(self)
         if events:
             events.startup(self)
         self.reset_all()

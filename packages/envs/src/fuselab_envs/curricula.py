@@ -60,13 +60,13 @@ class VelocityCommandLevels(Curriculum):
         if self.reward not in rewards:
             raise ValueError(f"{self.where}.reward: expected one of {rewards}, got {self.reward!r}")
         self._column = rewards.index(self.reward)
-        weight = env.terms.scalar(f"rewards.{self.reward}.weight")
+        self._weight = f"rewards.{self.reward}.weight"  # a runtime scalar: read when used
+        weight = env.terms.scalar(self._weight)
         if weight <= 0.0:
             raise ValueError(
                 f"{self.where}.reward: {self.reward!r} has weight {weight:g}; a level is earned "
                 "by a share of a positive reward's most"
             )
-        self._most = weight * env.step_dt
 
     def advance(self, env: FusedEnv) -> None:
         if self.level >= 1.0:
@@ -75,7 +75,7 @@ class VelocityCommandLevels(Curriculum):
         self._steps += 1
         if self._steps < self._window_steps:
             return
-        share = self._earned / self._steps / self._most
+        share = self._earned / self._steps / (env.terms.scalar(self._weight) * env.step_dt)
         self._earned, self._steps = 0.0, 0
         if share >= self.threshold:
             self.set_level(self.level + self.step)

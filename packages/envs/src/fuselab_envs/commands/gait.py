@@ -45,11 +45,12 @@ class GaitClock(Command):
         self.state = {"gait_phase": self.gait_phase}
         self._left = np.zeros(n)  # the left foot's phase (rad), running even while standing
         self._rate = np.zeros(n)  # rad per step
-        self._velocity: np.ndarray | None = None  # the velocity command's (N, 3), on first reset
+        self._velocity: np.ndarray | None = None  # the velocity command's (N, 3), once bound
+
+    def bind(self, env):
+        self._velocity = self._command(env)
 
     def reset(self, env, env_ids, qpos, qvel):
-        if self._velocity is None:  # resets come nearly every step: look the command up once
-            self._velocity = self._command(env)
         rng, k = env.rng, len(env_ids)
         self._left[env_ids] = rng.uniform(-math.pi, math.pi, k)
         frequency = 1.0 / self.period_s
@@ -80,7 +81,7 @@ class GaitClock(Command):
         left = self._left[rows]
         self.gait_phase[rows, 0] = left
         self.gait_phase[rows, 1] = np.mod(left + 2.0 * math.pi, 2.0 * math.pi) - math.pi
-        assert self._velocity is not None, "reset comes first"
+        assert self._velocity is not None, "the env binds its commands first"
         command = self._velocity[rows]
         standing = (np.abs(command[:, :2]).max(axis=1) < self.standing_speed) & (
             np.abs(command[:, 2]) < self.standing_speed
