@@ -78,7 +78,7 @@ VEC_ENV_KEYS = ("clip_actions",)
 OFF_IN_RSL_RL = {
     "smoothness_coef": 0.0,
     "spatial_smoothness_coef": 0.0,
-    "entropy_decay_iterations": None,
+    "entropy_decay_over": None,
     "entropy_coef_final": 0.0,
 }
 MODEL_KEYS = (

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from rl_fake_env import SMALL_PPO, FakeEnv, use_fake_env
+from rl_fake_env import SMALL_PPO, STEP_LEVELS, FakeEnv, cartpole_run_overrides, use_fake_env
 
 from fuselab_rl.networks import ActorCritic, EmpiricalNormalization
 from fuselab_rl.ppo import PPO, PPOCfg, PPOTrainer, _temporal_smoothness, compute_gae
@@ -225,7 +225,7 @@ def test_adaptive_learning_rate_shrinks_on_large_kl_and_grows_on_small():
 def test_the_entropy_coefficient_decays_linearly_over_its_iterations_and_resumes(
     monkeypatch, tmp_path
 ):
-    decay = ["algo.entropy_decay_iterations=[2,4]", "algo.entropy_coef_final=0.002"]
+    decay = ["algo.entropy_decay_over=[2,4]", "algo.entropy_coef_final=0.002"]
     trainer, _ = make_trainer(monkeypatch, tmp_path, ["algo.entropy_coef=0.01", *decay])
     coefs = [trainer.iterate()["Loss/entropy_coef"] for _ in range(3)]
     assert coefs == pytest.approx([0.01, 0.01, 0.006])  # updates 1, 2 (the first), 3
@@ -238,6 +238,76 @@ def test_the_entropy_coefficient_decays_linearly_over_its_iterations_and_resumes
     assert PPO(resumed.policy, PPOCfg()).entropy_coef() == 0.01  # no decay: the coefficient
 
 
+def test_the_entropy_coefficient_follows_the_episode_length_and_never_climbs_back(
+    monkeypatch, tmp_path
+):
+    """The fake env's episodes last at most 10 steps; the decay runs over [0.5, 1.0] of that."""
+    decay = [
+        "algo.entropy_decay_by=episode_length",
+        "algo.entropy_decay_over=[0.5,1.0]",
+        "algo.entropy_coef=0.01",
+    ]
+    trainer, _ = make_trainer(monkeypatch, tmp_path, decay)
+    highest = 0.0
+    for _ in range(3):
+        metrics = trainer.iterate()
+        highest = max(highest, metrics["Episode/length"] / 10)
+        expected = 0.01 * (1.0 - min(max((highest - 0.5) / 0.5, 0.0), 1.0))
+        assert metrics["Loss/entropy_coef"] == pytest.approx(expected)
+    assert 0.5 < highest <= 1.0 and trainer.ppo.decay_measure == pytest.approx(highest)
+    trainer.ppo.observe_decay_measure(0.1)  # shorter episodes later do not bring it back
+    assert trainer.ppo.entropy_coef() == pytest.approx(expected)
+    state = copy.deepcopy(trainer.state_dict())
+    resumed, _ = make_trainer(monkeypatch, tmp_path, decay)
+    resumed.load_state_dict(state)
+    assert resumed.ppo.entropy_coef() == pytest.approx(expected)
+
+
+def test_the_entropy_coefficient_follows_a_curriculum_level(tmp_path):
+    """The real cartpole env with a curriculum whose level rises 0.01 a step, 8 steps a
+    rollout: 0.08 after the rollout that seeds the normalizers, then 0.16, 0.24, 0.32."""
+    overrides = [
+        STEP_LEVELS,
+        "algo.entropy_decay_by=curriculum.levels",
+        "algo.entropy_decay_over=[0.0,0.32]",
+        "algo.entropy_coef=0.01",
+        "algo.entropy_coef_final=0.0",
+    ]
+    cfg = compose_config(cartpole_run_overrides(tmp_path, *SMALL_PPO, *overrides))
+    trainer = PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
+    try:
+        metrics = [trainer.iterate() for _ in range(3)]
+    finally:
+        trainer.close()
+    assert [m["Curriculum/levels"] for m in metrics] == pytest.approx([0.16, 0.24, 0.32])
+    assert [m["Loss/entropy_coef"] for m in metrics] == pytest.approx([0.005, 0.0025, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["algo.entropy_decay_by=episodes"],
+            r"algo.entropy_decay_by: expected one of iteration, episode_length, curriculum.NAME, "
+            r"got 'episodes'",
+        ),
+        (
+            ["algo.entropy_decay_by=curriculum.speeds", STEP_LEVELS],
+            r"algo.entropy_decay_by: 'curriculum.speeds' is none of the task's curricula; "
+            r"accepted: iteration, episode_length, curriculum.levels",
+        ),
+    ],
+)
+def test_a_bad_entropy_decay_measure_is_named_before_the_env_is_built(
+    monkeypatch, tmp_path, overrides, message
+):
+    built = use_fake_env(monkeypatch)
+    cfg = compose_config(["task=cartpole", "num_envs=8", *overrides])
+    with pytest.raises(ValueError, match=message):
+        PPOTrainer(cfg, torch.device("cpu"), ThreadBudget.resolve(1), tmp_path)
+    assert built == []
+
+
 def test_config_errors_name_the_key_value_and_accepted_range():
     with pytest.raises(
         ValueError, match=r"algo.schedule: expected one of adaptive, fixed, got 'cosine'"
@@ -248,9 +318,9 @@ def test_config_errors_name_the_key_value_and_accepted_range():
     with pytest.raises(ValueError, match=r"algo.entropy_coef: expected >= 0, got -0.01"):
         PPOCfg(entropy_coef=-0.01)
     with pytest.raises(
-        ValueError, match=r"algo.entropy_decay_iterations: expected \[low, high\], .* or null"
+        ValueError, match=r"algo.entropy_decay_over: expected \[low, high\], .* or null"
     ):
-        PPOCfg(entropy_decay_iterations=(500, 250))
+        PPOCfg(entropy_decay_over=(500, 250))
     with pytest.raises(ValueError, match=r"algo: unknown keys \['learning_rat'\]; accepted: "):
         PPOCfg.from_config(OmegaConf.create({"name": "ppo", "policy": {}, "learning_rat": 1}))
     with pytest.raises(ValueError, match=r"algo.policy.activation: expected one of elu, relu"):

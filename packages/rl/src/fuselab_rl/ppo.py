@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -77,10 +77,13 @@ class PPOCfg(Section):
     value_loss_coef: NonNegativeFloat = 1.0
     use_clipped_value_loss: bool = True
     entropy_coef: NonNegativeFloat = 0.01
-    # [first, last] update over which the entropy coefficient falls linearly from entropy_coef
-    # to entropy_coef_final (null: it stays entropy_coef): explore widely while a gait forms,
-    # then let the exploration noise shrink
-    entropy_decay_iterations: Interval | None = None
+    # The entropy coefficient falls linearly from entropy_coef to entropy_coef_final while the
+    # measure entropy_decay_by crosses entropy_decay_over = [first, last] (null: no decay):
+    # explore widely while a gait forms, then let the exploration noise shrink. The measures
+    # (DECAY_MEASURES): the update count, or what the policy has learned, so that the noise
+    # narrows when the policy is ready, on any seed; the highest value seen counts.
+    entropy_decay_by: str = "iteration"
+    entropy_decay_over: Interval | None = None
     entropy_coef_final: NonNegativeFloat = 0.0
     max_grad_norm: PositiveFloat = 1.0
     smoothness_coef: NonNegativeFloat = 0.0
@@ -99,6 +102,33 @@ class PPOCfg(Section):
         skip = ("name", "policy", *TABLES)
         own = {str(k): v for k, v in values.items() if k not in skip}
         return build_section(cls, own)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        by = self.entropy_decay_by
+        named_curriculum = by.startswith("curriculum.") and by != "curriculum."
+        if by not in ("iteration", "episode_length") and not named_curriculum:
+            raise ValueError(
+                f"algo.entropy_decay_by: expected one of {', '.join(DECAY_MEASURES)}, got {by!r}"
+            )
+
+    def check_decay_measure(self, curricula: Iterable[str]) -> None:
+        """A ``curriculum.NAME`` measure names one of the task's ``curricula``."""
+        by = self.entropy_decay_by
+        if by.startswith("curriculum.") and by.removeprefix("curriculum.") not in curricula:
+            accepted = ["iteration", "episode_length", *(f"curriculum.{c}" for c in curricula)]
+            raise ValueError(
+                f"algo.entropy_decay_by: {by!r} is none of the task's curricula; "
+                f"accepted: {', '.join(accepted)}"
+            )
+
+
+# What algo.entropy_decay_by accepts: each measure and what it is
+DECAY_MEASURES = {
+    "iteration": "the update count",
+    "episode_length": "the finished episodes' mean length over the task's longest, 0-1",
+    "curriculum.NAME": "the level of the task's curriculum NAME",
+}
 
 
 POLICY_KEYS = {  # algo.policy: ActorCritic's keyword arguments and what each accepts
@@ -233,15 +263,24 @@ class PPO:
         self.actor_noise_std = actor_noise_std
         self.learning_rate = cfg.learning_rate
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
-        self.updates = 0  # updates made, which the entropy coefficient's decay follows
+        self.updates = 0  # updates made
+        self.decay_measure = 0.0  # the highest value of a learned entropy_decay_by seen
+
+    def observe_decay_measure(self, value: float) -> None:
+        """The latest value of a learned ``entropy_decay_by`` (its highest counts: the
+        coefficient never climbs back when, say, the episodes shorten for a while)."""
+        self.decay_measure = max(self.decay_measure, value)
 
     def entropy_coef(self) -> float:
         """The entropy coefficient of the next update, the ``updates + 1``-th."""
         cfg = self.cfg
-        if cfg.entropy_decay_iterations is None:
+        if cfg.entropy_decay_over is None:
             return cfg.entropy_coef
-        first, last = cfg.entropy_decay_iterations
-        progress = min(max((self.updates + 1 - first) / max(last - first, 1.0), 0.0), 1.0)
+        by_updates = cfg.entropy_decay_by == "iteration"
+        measure = self.updates + 1 if by_updates else self.decay_measure
+        first, last = cfg.entropy_decay_over
+        done = (measure - first) / (last - first) if last > first else float(measure >= first)
+        progress = min(max(done, 0.0), 1.0)
         return cfg.entropy_coef + progress * (cfg.entropy_coef_final - cfg.entropy_coef)
 
     def compute_returns(self, storage: RolloutStorage, last_values: torch.Tensor) -> None:
@@ -357,7 +396,7 @@ class PPO:
             optional_losses["Loss/smoothness"] = means["smoothness"]
         if cfg.spatial_smoothness_coef > 0.0:
             optional_losses["Loss/spatial_smoothness"] = means["spatial_smoothness"]
-        if cfg.entropy_decay_iterations is not None:
+        if cfg.entropy_decay_over is not None:
             optional_losses["Loss/entropy_coef"] = entropy_coef
         return {
             "Loss/surrogate": means["surrogate"],
@@ -451,6 +490,7 @@ class PPOTrainer:
         chosen = choose_learner_sizes(cfg, device)
         log.info("PPO sizes, %s", describe_sizes(cfg, chosen, device))
         self.algo = PPOCfg.from_config(cfg.algo)
+        self.algo.check_decay_measure(cfg.get("curriculum") or {})
         network = network_kwargs(cfg.algo)  # checked before the env is built
         started = time.perf_counter()
         self.env = make_env(cfg)
@@ -529,6 +569,8 @@ class PPOTrainer:
         if self.policy.has_empty_normalizer():  # a new run; a resumed one loaded its statistics
             self._seed_normalizers()
         collect = self._collect()
+        episodes = self.stats.metrics()
+        self._observe_decay_measure(episodes)
         started = time.perf_counter()
         self.policy.train()
         losses = self.ppo.update(self.storage, self.generator, self.noise_generator)
@@ -540,7 +582,7 @@ class PPOTrainer:
         learn_s = time.perf_counter() - started
         env_steps = self.algo.num_steps_per_env * self.num_envs
         return {
-            **self.stats.metrics(),
+            **episodes,
             **losses,
             "Perf/env_steps": float(env_steps),
             "Perf/collect_s": collect["collect_s"],
@@ -556,6 +598,7 @@ class PPOTrainer:
             "optimizer": self.ppo.optimizer.state_dict(),
             "learning_rate": self.ppo.learning_rate,
             "updates": self.ppo.updates,
+            "entropy_decay_measure": self.ppo.decay_measure,
             "generator": self.generator.get_state(),
             "episode_stats": self.stats.state_dict(),
             "num_envs": self.num_envs,
@@ -577,6 +620,7 @@ class PPOTrainer:
         for group in self.ppo.optimizer.param_groups:
             group["lr"] = self.ppo.learning_rate
         self.ppo.updates = int(state["updates"])
+        self.ppo.decay_measure = float(state.get("entropy_decay_measure", 0.0))
         self.generator.set_state(state["generator"])
         if self.noise_generator is not self.generator and "noise_generator" in state:
             self.noise_generator.set_state(state["noise_generator"])
@@ -603,6 +647,21 @@ class PPOTrainer:
         self.env.close()
 
     # -- collection ------------------------------------------------------------------------------
+
+    def _observe_decay_measure(self, episodes: Mapping[str, float]) -> None:
+        """Give the update the learned measure its entropy decay follows, from this rollout's
+        episodes (the same on every rank: their mean; a rollout where no episode finished
+        keeps the measure where it was)."""
+        by = self.algo.entropy_decay_by
+        if self.algo.entropy_decay_over is None or by == "iteration":
+            return
+        if by == "episode_length":
+            length = episodes.get("Episode/length")
+            value = None if length is None else length / float(self.env.max_episode_steps.max())
+        else:
+            value = episodes.get(f"Curriculum/{by.removeprefix('curriculum.')}")
+        value = self.ppo.decay_measure if value is None else value
+        self.ppo.observe_decay_measure(distributed.average(value, self.device))
 
     def _seed_normalizers(self) -> None:
         """Start the normalizers from one rollout of the untrained policy, not learned from:
