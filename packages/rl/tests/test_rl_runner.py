@@ -7,6 +7,8 @@ import json
 import logging
 import signal
 import sys
+from datetime import datetime
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ from rl_fake_env import SMALL_PPO, STEP_LEVELS, cartpole_run_overrides, use_fake
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fuselab_rl import checkpoint as checkpoint_module
+from fuselab_rl import runner
 from fuselab_rl.checkpoint import load_checkpoint
 from fuselab_rl.evaluate import eval_config
 from fuselab_rl.ppo import PPOTrainer
@@ -137,6 +140,49 @@ def test_a_resume_trains_what_its_run_trained_with_the_overrides_given_now_on_to
     torch.save(saved, first / "model_1.pt")
     cfg = compose_config([f"resume={first / 'model_1.pt'}"])
     assert cfg.algo.entropy_decay_over == [3, 9] and "entropy_decay_iterations" not in cfg.algo
+
+
+def test_runs_started_in_the_same_second_get_a_directory_each(monkeypatch, tmp_path):
+    """Seeds launched together: each new run creates its time-stamped directory as it starts,
+    so the second takes the next name instead of writing into the first's; a run whose trainer
+    cannot be built removes the directory it made."""
+
+    class SameSecond:
+        @staticmethod
+        def now():
+            return datetime(2026, 1, 2, 3, 4, 5)
+
+    use_fake_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runner, "datetime", SameSecond)
+    quiet = ["task=cartpole", "num_envs=8", "progress=false", "plot=false", "export_onnx=false"]
+    first = create_training_handle(compose_config([*quiet, *SMALL_PPO, "seed=1"]))
+    with first, create_training_handle(compose_config([*quiet, *SMALL_PPO, "seed=2"])) as second:
+        first.train(1)
+        second.train(1)
+    runs = Path("runs") / "cartpole"  # relative to the working directory, tmp_path
+    assert (first.run_dir, second.run_dir) == (
+        runs / "2026-01-02_03-04-05",
+        runs / "2026-01-02_03-04-05_1",
+    )
+    assert [
+        load_checkpoint(h.run_dir / "model_1.pt")["config"]["seed"] for h in (first, second)
+    ] == [1, 2]
+    # the name is taken the moment it is chosen, before the trainer is built (seconds, with
+    # the env's kernels), so two runs starting up side by side cannot choose the same
+    cfg = compose_config(quiet)
+    chosen = [runner._run_dir(cfg, None)[0], runner._run_dir(cfg, None)[0]]
+    assert [p.name for p in chosen] == ["2026-01-02_03-04-05_2", "2026-01-02_03-04-05_3"]
+    assert all(p.is_dir() for p in chosen)
+    for path in chosen:
+        path.rmdir()
+    bad = ["algo.smoothness_coef=0.1", "algo.num_mini_batches=16"]  # refused by the trainer
+    with pytest.raises(ValueError, match="algo.num_mini_batches"):
+        create_training_handle(compose_config([*quiet, *SMALL_PPO, *bad]))
+    assert sorted(p.name for p in runs.iterdir()) == [
+        "2026-01-02_03-04-05",
+        "2026-01-02_03-04-05_1",
+    ]
 
 
 def test_a_curriculum_level_is_logged_saved_and_resumed_and_left_out_of_evaluations(tmp_path):

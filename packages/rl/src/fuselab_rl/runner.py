@@ -515,11 +515,17 @@ def _build(
     """Threads, run directory, trainer and restore, once this process has joined its ranks."""
     distributed.check_same_config(dict(flat_items(OmegaConf.to_container(cfg, resolve=True))))
     threads = resolve_threads(cfg, ranks)
-    run_dir = Path(distributed.broadcast_object(str(_run_dir(cfg, checkpoint))))
-    cfg.run_dir = str(run_dir)  # rank 0's (its time stamp)
+    chosen, claimed = _run_dir(cfg, checkpoint, ranks.is_main)
+    run_dir = Path(distributed.broadcast_object(str(chosen)))  # rank 0's
+    cfg.run_dir = str(run_dir)
     cfg.seed = cfg.seed + ranks.rank  # each rank its own episodes; rank 0's seed is saved
-    with timed(log, "trainer %s ready", cfg.algo.name):
-        trainer = factory(cfg, device, threads, run_dir)
+    try:
+        with timed(log, "trainer %s ready", cfg.algo.name):
+            trainer = factory(cfg, device, threads, run_dir)
+    except BaseException:
+        if claimed:  # the time-stamped directory this run claimed, still empty
+            run_dir.rmdir()
+        raise
     if ranks.is_main:
         # Only now, with every value checked by the env and the algorithm: a config that fails
         # leaves no run directory behind.
@@ -598,9 +604,14 @@ def _restore(handle: TrainingHandle, checkpoint: Mapping[str, Any]) -> None:
     )
 
 
-def _run_dir(cfg: DictConfig, checkpoint: Mapping[str, Any] | None) -> Path:
-    """Where the run writes (created once the trainer is built). A new run never writes into a
-    directory that holds another run: its checkpoints and metrics would be mixed with ours."""
+def _run_dir(
+    cfg: DictConfig, checkpoint: Mapping[str, Any] | None, is_main: bool = True
+) -> tuple[Path | None, bool]:
+    """Where the run writes, and whether it was created here: a new run without ``run_dir``
+    gets a directory named by the time, created by rank 0 (the other ranks get None and take
+    rank 0's); a given ``run_dir`` is created once the trainer is built. A new run never writes
+    into a directory that holds another run: its checkpoints and metrics would be mixed with
+    ours."""
     if cfg.run_dir:
         run_dir = Path(cfg.run_dir).expanduser()
         held = _run_files(run_dir)
@@ -609,17 +620,28 @@ def _run_dir(cfg: DictConfig, checkpoint: Mapping[str, Any] | None) -> Path:
                 f"run_dir: '{run_dir}' already holds a run ({', '.join(held)}); continue it "
                 f"with resume={run_dir}, or give a new run_dir"
             )
-    elif checkpoint is not None:  # a resumed run keeps writing where it was
-        run_dir = Path(checkpoint["path"]).parent
-    else:
-        stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
-        run_dir = Path("runs") / cfg.task_name / stamp
-        suffix = 1
-        while run_dir.exists():
-            run_dir = run_dir.with_name(f"{stamp}_{suffix}")
+        return run_dir, False
+    if checkpoint is not None:  # a resumed run keeps writing where it was
+        return Path(checkpoint["path"]).parent, False
+    if not is_main:
+        return None, False
+    return _claim_time_stamped_dir(Path("runs") / cfg.task_name), True
+
+
+def _claim_time_stamped_dir(parent: Path) -> Path:
+    """A new directory under ``parent`` named by the time, created here (atomically): runs
+    started in the same second, seeds launched together, each get their own (``_1``, ``_2``...
+    after the first)."""
+    stamp = datetime.now().strftime("%Y-%m-%d_%H-%M-%S")
+    parent.mkdir(parents=True, exist_ok=True)
+    run_dir, suffix = parent / stamp, 0
+    while True:
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
             suffix += 1
-    cfg.run_dir = str(run_dir)
-    return run_dir
+            run_dir = parent / f"{stamp}_{suffix}"
 
 
 def _run_files(run_dir: Path) -> list[str]:
