@@ -134,12 +134,15 @@ def test_a_resume_trains_what_its_run_trained_with_the_overrides_given_now_on_to
     assert cfg.env.episode_length_s == 10.0
     assert "the checkpoint's config has no env.episode_length_s; the task's defaults" in caplog.text
 
-    # a checkpoint saved under a setting's former name: its value under today's name
+    # a checkpoint saved under a setting's former name: its value under today's name, for a
+    # resume and every other reader (fuselab-eval, -play, -sim2sim)
     saved["config"]["algo"].pop("entropy_decay_over")
     saved["config"]["algo"]["entropy_decay_iterations"] = [3, 9]
     torch.save(saved, first / "model_1.pt")
     cfg = compose_config([f"resume={first / 'model_1.pt'}"])
     assert cfg.algo.entropy_decay_over == [3, 9] and "entropy_decay_iterations" not in cfg.algo
+    algo = load_checkpoint(first / "model_1.pt")["config"]["algo"]
+    assert algo["entropy_decay_over"] == [3, 9] and "entropy_decay_iterations" not in algo
 
 
 def test_runs_started_in_the_same_second_get_a_directory_each(monkeypatch, tmp_path):

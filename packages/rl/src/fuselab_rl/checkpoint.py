@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import logging
 import os
 import platform
 import re
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
 CHECKPOINT_PATTERN = re.compile(r"^model_(\d+)\.pt$")
@@ -150,7 +153,22 @@ def load_checkpoint(path: str | Path, field: str = "resume") -> dict[str, Any]:
             f"{field}: '{path}' is not a fuselab checkpoint of format {CHECKPOINT_FORMAT}"
         )
     state["path"] = str(path)
+    _rename_settings(state.get("config") or {})
     return state
+
+
+# Settings renamed since a checkpoint may have been saved: (section, old name, new name)
+RENAMED_SETTINGS = (("algo", "entropy_decay_iterations", "entropy_decay_over"),)
+
+
+def _rename_settings(config: dict[str, Any]) -> None:
+    """A checkpoint's config under today's names (:data:`RENAMED_SETTINGS`), for every reader:
+    a resume, fuselab-eval, -play, -sim2sim and the export."""
+    for section, old, new in RENAMED_SETTINGS:
+        values = config.get(section) or {}
+        if old in values:
+            values[new] = values.pop(old)
+            log.info("checkpoint: %s.%s is now %s.%s", section, old, section, new)
 
 
 def versions() -> dict[str, str]:

@@ -176,19 +176,10 @@ def _onto_saved(overrides: Sequence[str], saved: DictConfig) -> list[str]:
     return applied
 
 
-# Settings renamed since a run may have been saved: (section, old name, new name)
-RENAMED_SETTINGS = (("algo", "entropy_decay_iterations", "entropy_decay_over"),)
-
-
 def _saved_config(checkpoint: Mapping[str, Any], defaults: DictConfig) -> DictConfig:
-    """The checkpoint's config under today's names (:data:`RENAMED_SETTINGS`); settings it
-    lacks (a run saved before the code had them) take the task's defaults, named in a warning."""
+    """The checkpoint's config; settings it lacks (a run saved before the code had them) take
+    the task's defaults, named in a warning."""
     saved = copy.deepcopy(checkpoint["config"])
-    for section, old, new in RENAMED_SETTINGS:
-        values = saved.get(section) or {}
-        if old in values:
-            values[new] = values.pop(old)
-            log.info("resume: %s.%s is now %s.%s", section, old, section, new)
     added = _add_new_settings(saved, OmegaConf.to_container(defaults, resolve=True))
     if added:
         log.warning(
