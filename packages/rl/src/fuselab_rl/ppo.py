@@ -123,12 +123,9 @@ class PPOCfg(Section):
             )
 
 
-# What algo.entropy_decay_by accepts: each measure and what it is
-DECAY_MEASURES = {
-    "iteration": "the update count",
-    "episode_length": "the finished episodes' mean length over the task's longest, 0-1",
-    "curriculum.NAME": "the level of the task's curriculum NAME",
-}
+# What algo.entropy_decay_by accepts: the update count, the finished episodes' mean length
+# over the task's longest (0-1), the level of the task's curriculum NAME
+DECAY_MEASURES = ("iteration", "episode_length", "curriculum.NAME")
 
 
 POLICY_KEYS = {  # algo.policy: ActorCritic's keyword arguments and what each accepts
