@@ -106,8 +106,8 @@ class PPOCfg(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         by = self.entropy_decay_by
-        named_curriculum = by.startswith("curriculum.") and by != "curriculum."
-        if by not in ("iteration", "episode_length") and not named_curriculum:
+        named_curriculum = by.startswith(CURRICULUM_MEASURE) and by != CURRICULUM_MEASURE
+        if by not in PLAIN_MEASURES and not named_curriculum:
             raise ValueError(
                 f"algo.entropy_decay_by: expected one of {', '.join(DECAY_MEASURES)}, got {by!r}"
             )
@@ -115,8 +115,11 @@ class PPOCfg(Section):
     def check_decay_measure(self, curricula: Iterable[str]) -> None:
         """A ``curriculum.NAME`` measure names one of the task's ``curricula``."""
         by = self.entropy_decay_by
-        if by.startswith("curriculum.") and by.removeprefix("curriculum.") not in curricula:
-            accepted = ["iteration", "episode_length", *(f"curriculum.{c}" for c in curricula)]
+        if (
+            by.startswith(CURRICULUM_MEASURE)
+            and by.removeprefix(CURRICULUM_MEASURE) not in curricula
+        ):
+            accepted = [*PLAIN_MEASURES, *(CURRICULUM_MEASURE + c for c in curricula)]
             raise ValueError(
                 f"algo.entropy_decay_by: {by!r} is none of the task's curricula; "
                 f"accepted: {', '.join(accepted)}"
@@ -125,7 +128,9 @@ class PPOCfg(Section):
 
 # What algo.entropy_decay_by accepts: the update count, the finished episodes' mean length
 # over the task's longest (0-1), the level of the task's curriculum NAME
-DECAY_MEASURES = ("iteration", "episode_length", "curriculum.NAME")
+PLAIN_MEASURES = ("iteration", "episode_length")
+CURRICULUM_MEASURE = "curriculum."  # + the curriculum's name
+DECAY_MEASURES = (*PLAIN_MEASURES, CURRICULUM_MEASURE + "NAME")
 
 
 POLICY_KEYS = {  # algo.policy: ActorCritic's keyword arguments and what each accepts
@@ -656,7 +661,7 @@ class PPOTrainer:
             length = episodes.get("Episode/length")
             value = None if length is None else length / float(self.env.max_episode_steps.max())
         else:
-            value = episodes.get(f"Curriculum/{by.removeprefix('curriculum.')}")
+            value = episodes.get(f"Curriculum/{by.removeprefix(CURRICULUM_MEASURE)}")
         value = self.ppo.decay_measure if value is None else value
         self.ppo.observe_decay_measure(distributed.average(value, self.device))
 
