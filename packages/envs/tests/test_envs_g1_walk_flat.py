@@ -181,8 +181,8 @@ def test_an_episode_starts_standing_facing_any_way_with_its_joints_jittered():
     np.testing.assert_array_equal(qvel, 0.0)
 
 
-def test_commands_stand_turn_in_place_walk_straight_or_walk_in_their_shares():
-    shares = {"standing": 0.2, "turning": 0.3, "straight": 0.25}
+def test_commands_stand_turn_in_place_walk_straight_step_sideways_or_walk_in_their_shares():
+    shares = {"standing": 0.2, "turning": 0.25, "straight": 0.2, "sideways": 0.1}
     env = fuselab_envs.make(
         "g1_walk_flat",
         num_envs=4000,
@@ -190,16 +190,19 @@ def test_commands_stand_turn_in_place_walk_straight_or_walk_in_their_shares():
     )
     c = env.commands["velocity"].command
     planar, yaw = np.any(c[:, :2] != 0.0, axis=1), c[:, 2] != 0.0
+    forward = c[:, 0] != 0.0
     kinds = {
         "standing": ~planar & ~yaw,
         "turning": ~planar & yaw,
-        "straight": planar & ~yaw,
+        "straight": forward & ~yaw,
+        "sideways": planar & ~forward & ~yaw,
     }
     for kind, share in shares.items():
         assert abs(kinds[kind].mean() - share) < 0.03, kind
     assert (
         np.all(np.abs(c[kinds["turning"], 2]) <= 1.0) and np.abs(c[kinds["turning"], 2]).max() > 0.9
     )
+    assert np.abs(c[kinds["sideways"], 1]).max() > 0.45  # sideways to the range's end (0.5)
     walking = planar & yaw
     assert np.all(c[walking, :2] != 0.0)  # drawn jointly: no axis left zero
     assert abs(walking.mean() - 0.25) < 0.03
@@ -393,7 +396,9 @@ def test_a_value_checked_against_the_model_or_its_neighbours_is_named_and_the_ba
             "commands.velocity.params.turning_fraction=0.95",
             r"commands\.velocity\.params\.standing_fraction \+ "
             r"commands\.velocity\.params\.turning_fraction \+ "
-            r"commands\.velocity\.params\.straight_fraction: expected <= 1, got 0\.1 \+ 0\.95 \+ 0\.2",
+            r"commands\.velocity\.params\.straight_fraction \+ "
+            r"commands\.velocity\.params\.sideways_fraction: expected <= 1, "
+            r"got 0\.1 \+ 0\.95 \+ 0\.2 \+ 0\.0",
         ),
         (
             "+events.reset_joints.params.joints='.*_knee_jont'",

@@ -2,7 +2,9 @@
 
 Commands are drawn uniformly in their ranges and drawn again every ``resample_s``; a
 ``standing_fraction`` of them is zero, a ``turning_fraction`` turns in place (vx = vy = 0), a
-``straight_fraction`` walks without turning (wz = 0); a ``heading_fraction`` of the others steer
+``straight_fraction`` walks without turning (wz = 0), a ``sideways_fraction`` steps sideways
+(vx = wz = 0: the lateral skill, which mixed commands barely ask for); a ``heading_fraction`` of
+the others steer
 to a heading drawn in [-pi, pi) instead of holding a yaw rate (mjlab's heading commands):
 wz = ``heading_stiffness`` x heading error, clipped to ``ang_vel_z``, every step. Terms read the
 command as the state buffer ``command`` (N, 3).
@@ -31,23 +33,28 @@ class UniformVelocityCommand(Command):
         standing_fraction: Fraction = 0.1,
         turning_fraction: Fraction = 0.0,
         straight_fraction: Fraction = 0.0,
+        sideways_fraction: Fraction = 0.0,
         heading_fraction: Fraction = 0.0,
         heading_stiffness: PositiveFloat = 0.5,  # rad/s of wz per rad of heading error
         lin_vel_x: Interval = (-1.0, 1.0),  # m/s
         lin_vel_y: Interval = (-0.5, 0.5),  # m/s
         ang_vel_z: Interval = (-1.0, 1.0),  # rad/s
     ):
-        shares = (standing_fraction, turning_fraction, straight_fraction)
-        if sum(shares) > 1.0:
-            where = context.where
-            raise ValueError(
-                f"{where}.standing_fraction + {where}.turning_fraction + "
-                f"{where}.straight_fraction: expected <= 1, got {' + '.join(map(str, shares))}"
-            )
+        shares = {
+            "standing_fraction": standing_fraction,
+            "turning_fraction": turning_fraction,
+            "straight_fraction": straight_fraction,
+            "sideways_fraction": sideways_fraction,
+        }
+        if sum(shares.values()) > 1.0:
+            names = " + ".join(f"{context.where}.{name}" for name in shares)
+            given = " + ".join(map(str, shares.values()))
+            raise ValueError(f"{names}: expected <= 1, got {given}")
         n = context.num_envs
         self.resample_s, self.heading_stiffness = resample_s, heading_stiffness
         self.standing_fraction, self.turning_fraction = standing_fraction, turning_fraction
-        self.straight_fraction, self.heading_fraction = straight_fraction, heading_fraction
+        self.straight_fraction, self.sideways_fraction = straight_fraction, sideways_fraction
+        self.heading_fraction = heading_fraction
         self.limits = (lin_vel_x, lin_vel_y, ang_vel_z)  # the configured ranges
         self.ranges = list(self.limits)  # what is drawn from (a curriculum narrows them)
         self.command = np.zeros((n, 3), np.float32)
@@ -79,15 +86,18 @@ class UniformVelocityCommand(Command):
         for axis, (low, high) in enumerate(self.ranges):
             self.command[env_ids, axis] = rng.uniform(low, high, k)
         # kind below standing_fraction: stand; in the next turning_fraction: turn in place; in
-        # the next straight_fraction: walk straight; above: walk and turn
+        # the next straight_fraction: walk straight; in the next sideways_fraction: step
+        # sideways; above: walk and turn
         kind = rng.random(k)
         turning = self.standing_fraction + self.turning_fraction
         straight = turning + self.straight_fraction
+        sideways = straight + self.sideways_fraction
         self.command[env_ids[kind < turning], :2] = 0.0
-        holds_yaw = (kind < self.standing_fraction) | ((kind >= turning) & (kind < straight))
+        self.command[env_ids[(kind >= straight) & (kind < sideways)], 0] = 0.0
+        holds_yaw = (kind < self.standing_fraction) | ((kind >= turning) & (kind < sideways))
         self.command[env_ids[holds_yaw], 2] = 0.0
         if self.heading_fraction > 0.0:  # (drawn only then: without it the stream is unchanged)
-            walking = kind >= straight
+            walking = kind >= sideways
             self.steering[env_ids] = walking & (rng.random(k) < self.heading_fraction)
             self.heading_target[env_ids] = rng.uniform(-np.pi, np.pi, k)
         self._steps_to_resample[env_ids] = self._resample_steps
