@@ -4,10 +4,9 @@ Commands are drawn uniformly in their ranges and drawn again every ``resample_s`
 ``standing_fraction`` of them is zero, a ``turning_fraction`` turns in place (vx = vy = 0), a
 ``straight_fraction`` walks without turning (wz = 0), a ``sideways_fraction`` steps sideways
 (vx = wz = 0: the lateral skill, which mixed commands barely ask for); a ``heading_fraction`` of
-the others steer
-to a heading drawn in [-pi, pi) instead of holding a yaw rate (mjlab's heading commands):
-wz = ``heading_stiffness`` x heading error, clipped to ``ang_vel_z``, every step. Terms read the
-command as the state buffer ``command`` (N, 3).
+the others steer to a heading drawn in [-pi, pi) instead of holding a yaw rate (mjlab's heading
+commands): wz = ``heading_stiffness`` x heading error, clipped to ``ang_vel_z``, every step.
+Terms read the command as the state buffer ``command`` (N, 3).
 """
 
 from __future__ import annotations
