@@ -106,23 +106,25 @@ class PPOCfg(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         by = self.entropy_decay_by
-        named_curriculum = by.startswith(CURRICULUM_MEASURE) and by != CURRICULUM_MEASURE
-        if by not in PLAIN_MEASURES and not named_curriculum:
+        if by not in PLAIN_MEASURES and not self.decay_curriculum:
             raise ValueError(
                 f"algo.entropy_decay_by: expected one of {', '.join(DECAY_MEASURES)}, got {by!r}"
             )
 
+    @property
+    def decay_curriculum(self) -> str | None:
+        """The curriculum whose level the entropy decay follows (``curriculum.NAME``), or None."""
+        by = self.entropy_decay_by
+        return by.removeprefix(CURRICULUM_MEASURE) if by.startswith(CURRICULUM_MEASURE) else None
+
     def check_decay_measure(self, curricula: Iterable[str]) -> None:
         """A ``curriculum.NAME`` measure names one of the task's ``curricula``."""
-        by = self.entropy_decay_by
-        if (
-            by.startswith(CURRICULUM_MEASURE)
-            and by.removeprefix(CURRICULUM_MEASURE) not in curricula
-        ):
+        name = self.decay_curriculum
+        if name is not None and name not in curricula:
             accepted = [*PLAIN_MEASURES, *(CURRICULUM_MEASURE + c for c in curricula)]
             raise ValueError(
-                f"algo.entropy_decay_by: {by!r} is none of the task's curricula; "
-                f"accepted: {', '.join(accepted)}"
+                f"algo.entropy_decay_by: {self.entropy_decay_by!r} is none of the task's "
+                f"curricula; accepted: {', '.join(accepted)}"
             )
 
 
@@ -661,7 +663,7 @@ class PPOTrainer:
             length = episodes.get("Episode/length")
             value = None if length is None else length / float(self.env.max_episode_steps.max())
         else:
-            value = episodes.get(f"Curriculum/{by.removeprefix(CURRICULUM_MEASURE)}")
+            value = episodes.get(f"Curriculum/{self.algo.decay_curriculum}")
         value = self.ppo.decay_measure if value is None else value
         self.ppo.observe_decay_measure(distributed.average(value, self.device))
 

@@ -21,6 +21,14 @@ from fuselab_env_core.ranges import Fraction, Interval, PositiveFloat
 from fuselab_env_core.rotations import np_wrap_angle, np_yaw
 
 AXES = ("lin_vel_x", "lin_vel_y", "ang_vel_z")  # the command's columns, by their range's name
+# The command kinds, their shares stacked on [0, 1) in this order, and the axes (columns) each
+# holds at zero; a draw above the last share walks and turns (every axis drawn).
+KIND_ZERO_AXES = {
+    "standing": (0, 1, 2),
+    "turning": (0, 1),  # turn in place
+    "straight": (2,),  # walk without turning
+    "sideways": (0, 2),  # step sideways
+}
 
 
 @command("uniform_velocity")
@@ -39,20 +47,13 @@ class UniformVelocityCommand(Command):
         lin_vel_y: Interval = (-0.5, 0.5),  # m/s
         ang_vel_z: Interval = (-1.0, 1.0),  # rad/s
     ):
-        shares = {
-            "standing_fraction": standing_fraction,
-            "turning_fraction": turning_fraction,
-            "straight_fraction": straight_fraction,
-            "sideways_fraction": sideways_fraction,
-        }
-        if sum(shares.values()) > 1.0:
-            names = " + ".join(f"{context.where}.{name}" for name in shares)
-            given = " + ".join(map(str, shares.values()))
-            raise ValueError(f"{names}: expected <= 1, got {given}")
+        shares = (standing_fraction, turning_fraction, straight_fraction, sideways_fraction)
+        self.shares = dict(zip(KIND_ZERO_AXES, shares, strict=True))  # kind: its share
+        if sum(shares) > 1.0:
+            names = " + ".join(f"{context.where}.{kind}_fraction" for kind in KIND_ZERO_AXES)
+            raise ValueError(f"{names}: expected <= 1, got {' + '.join(map(str, shares))}")
         n = context.num_envs
         self.resample_s, self.heading_stiffness = resample_s, heading_stiffness
-        self.standing_fraction, self.turning_fraction = standing_fraction, turning_fraction
-        self.straight_fraction, self.sideways_fraction = straight_fraction, sideways_fraction
         self.heading_fraction = heading_fraction
         self.limits = (lin_vel_x, lin_vel_y, ang_vel_z)  # the configured ranges
         self.ranges = list(self.limits)  # what is drawn from (a curriculum narrows them)
@@ -84,19 +85,14 @@ class UniformVelocityCommand(Command):
         k = len(env_ids)
         for axis, (low, high) in enumerate(self.ranges):
             self.command[env_ids, axis] = rng.uniform(low, high, k)
-        # kind below standing_fraction: stand; in the next turning_fraction: turn in place; in
-        # the next straight_fraction: walk straight; in the next sideways_fraction: step
-        # sideways; above: walk and turn
-        kind = rng.random(k)
-        turning = self.standing_fraction + self.turning_fraction
-        straight = turning + self.straight_fraction
-        sideways = straight + self.sideways_fraction
-        self.command[env_ids[kind < turning], :2] = 0.0
-        self.command[env_ids[(kind >= straight) & (kind < sideways)], 0] = 0.0
-        holds_yaw = (kind < self.standing_fraction) | ((kind >= turning) & (kind < sideways))
-        self.command[env_ids[holds_yaw], 2] = 0.0
+        draw = rng.random(k)  # which kind: where it falls among the stacked shares
+        low = 0.0
+        for kind, axes in KIND_ZERO_AXES.items():
+            high = low + self.shares[kind]
+            self.command[np.ix_(env_ids[(draw >= low) & (draw < high)], axes)] = 0.0
+            low = high
         if self.heading_fraction > 0.0:  # (drawn only then: without it the stream is unchanged)
-            walking = kind >= sideways
+            walking = draw >= low
             self.steering[env_ids] = walking & (rng.random(k) < self.heading_fraction)
             self.heading_target[env_ids] = rng.uniform(-np.pi, np.pi, k)
         self._steps_to_resample[env_ids] = self._resample_steps
