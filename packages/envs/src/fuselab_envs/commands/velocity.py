@@ -86,13 +86,13 @@ class UniformVelocityCommand(Command):
         for axis, (low, high) in enumerate(self.ranges):
             self.command[env_ids, axis] = rng.uniform(low, high, k)
         draw = rng.random(k)  # which kind: where it falls among the stacked shares
-        low = 0.0
+        start = 0.0
         for kind, axes in KIND_ZERO_AXES.items():
-            high = low + self.shares[kind]
-            self.command[np.ix_(env_ids[(draw >= low) & (draw < high)], axes)] = 0.0
-            low = high
+            end = start + self.shares[kind]
+            self.command[np.ix_(env_ids[(draw >= start) & (draw < end)], axes)] = 0.0
+            start = end
         if self.heading_fraction > 0.0:  # (drawn only then: without it the stream is unchanged)
-            walking = draw >= low
+            walking = draw >= start
             self.steering[env_ids] = walking & (rng.random(k) < self.heading_fraction)
             self.heading_target[env_ids] = rng.uniform(-np.pi, np.pi, k)
         self._steps_to_resample[env_ids] = self._resample_steps
