@@ -107,8 +107,9 @@ def _(force, dt, air_time, last_air_time, first_contact, feet, threshold):
 
 
 @contacts.feet_air_time.numpy
-def _(first_contact, last_air_time, command, threshold_s, min_command):
-    moving = np.sum(command[:, :2] ** 2, axis=1) >= min_command * min_command
+def _(first_contact, last_air_time, command, threshold_s, min_command, yaw_rate_weight):
+    speed = np.linalg.norm(command[:, :2], axis=1) + yaw_rate_weight * np.abs(command[:, 2])
+    moving = speed >= min_command
     return np.sum((last_air_time - threshold_s) * first_contact, axis=1) * moving
 
 

@@ -90,6 +90,26 @@ def test_every_term_matches_its_numpy_twin(seed):
     assert f.obs["actor"].shape == (N_RANDOM, 96) and f.obs["critic"].shape == (N_RANDOM, 101)
 
 
+@pytest.mark.parametrize("yaw_rate_weight", [0.0, 1.0])
+def test_the_air_time_gate_counts_a_turn_in_place_by_its_yaw_rate_weight(yaw_rate_weight):
+    """Standing earns no air-time reward; a turn in place earns it only when the gate counts
+    the yaw rate (mjlab's |v_xy| + |wz|), and then as a walk at the same speed does."""
+    commands = np.array([[0.0, 0.0, 0.0], [0.0, 0.0, 0.6], [0.6, 0.0, 0.0]], np.float32)
+    state = random_walk_state(np.random.default_rng(0), n=len(commands))
+    state["command"][:] = commands
+    terms, bound = walk_terms([f"rewards.feet_air_time.params.yaw_rate_weight={yaw_rate_weight}"])
+    fused = FusedTerms.build(terms, state, dt=0.02, **bound)
+    air_time = [c.entry for c in fused.plan.rewards].index("feet_air_time")
+    touching = np.zeros((len(commands), 6, 3), np.float32)
+    touching[:, :2, 2] = 100.0  # both feet (the first two contact bodies) on the floor
+    for force in [touching] + [np.zeros_like(touching)] * 20 + [touching]:  # a 0.42 s flight
+        state["contact_force_w"][:] = force
+        fused()
+    stand, turn, walk = fused.buffers.reward_terms[:, air_time]
+    assert stand == 0 and walk > 0
+    assert turn == (pytest.approx(walk) if yaw_rate_weight else 0.0)
+
+
 # MotrixSim sets no model parameters per env: the task runs there nominal (no randomization).
 NOMINAL_ON = {"motrix": {"env.randomize": False}}
 

@@ -123,10 +123,16 @@ def feet_air_time(
     command,
     threshold_s: NonNegativeFloat = 0.4,
     min_command: NonNegativeFloat = 0.1,
+    yaw_rate_weight: NonNegativeFloat = 0.0,
 ):
     """At each touchdown, how much longer than ``threshold_s`` the flight was; zero when the
-    command asks to stand (legged_gym's air-time reward)."""
-    if command[i, 0] * command[i, 0] + command[i, 1] * command[i, 1] < min_command * min_command:
+    command asks to stand: its speed |v_xy| + ``yaw_rate_weight`` x |wz| is below
+    ``min_command`` (0: legged_gym's air-time reward, a turn in place is standing; 1: mjlab's
+    gate, a turn in place asks for steps too)."""
+    speed = math.sqrt(command[i, 0] ** 2 + command[i, 1] ** 2) + yaw_rate_weight * abs(
+        command[i, 2]
+    )
+    if speed < min_command:
         return 0.0
     total = 0.0
     for f in range(feet_first_contact.shape[1]):
