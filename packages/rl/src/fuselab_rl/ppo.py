@@ -106,7 +106,7 @@ class PPOCfg(Section):
     def __post_init__(self) -> None:
         super().__post_init__()
         by = self.entropy_decay_by
-        if by not in PLAIN_MEASURES and not self.decay_curriculum:
+        if by not in PLAIN_MEASURES and self.decay_curriculum is None:
             raise ValueError(
                 f"algo.entropy_decay_by: expected one of {', '.join(DECAY_MEASURES)}, got {by!r}"
             )
@@ -115,7 +115,8 @@ class PPOCfg(Section):
     def decay_curriculum(self) -> str | None:
         """The curriculum whose level the entropy decay follows (``curriculum.NAME``), or None."""
         by = self.entropy_decay_by
-        return by.removeprefix(CURRICULUM_MEASURE) if by.startswith(CURRICULUM_MEASURE) else None
+        name = by.removeprefix(CURRICULUM_MEASURE)
+        return name if by.startswith(CURRICULUM_MEASURE) and name else None
 
     def check_decay_measure(self, curricula: Iterable[str]) -> None:
         """A ``curriculum.NAME`` measure names one of the task's ``curricula``."""

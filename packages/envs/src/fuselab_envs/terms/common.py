@@ -20,6 +20,7 @@ from fuselab_env_core.terms import (
     reward,
     termination,
 )
+from fuselab_envs.terms.velocity import command_speed
 
 BASE_BODY = Body("pelvis")  # the floating base of the legged robots here (the G1)
 TiltAngle = Annotated[float, Range(gt=0.0, le=math.pi)]  # radians from upright
@@ -127,7 +128,7 @@ def variable_posture_exp(
     """exp(-mean over joints of ((q - q_default) / std)^2): 1 in the default pose, with the
     per-joint tolerances (task arrays, radians) of the speed the command asks, |v_xy| + |wz|:
     tight to stand, looser to walk, loosest to run (mjlab's variable posture)."""
-    speed = math.sqrt(command[i, 0] ** 2 + command[i, 1] ** 2) + abs(command[i, 2])
+    speed = command_speed(command, i, 1.0)
     std = posture_std_standing
     if speed > running_threshold:
         std = posture_std_running

@@ -16,6 +16,7 @@ from fuselab_env_core.terms import (
     preamble,
     reward,
 )
+from fuselab_envs.terms.velocity import command_speed
 
 
 @reward()
@@ -129,8 +130,7 @@ def feet_air_time(
     command asks to stand: its speed |v_xy| + ``yaw_rate_weight`` x |wz| is below
     ``min_command`` (0: legged_gym's air-time reward, a turn in place is standing; 1: mjlab's
     gate, a turn in place asks for steps too)."""
-    planar = math.sqrt(command[i, 0] ** 2 + command[i, 1] ** 2)
-    if planar + yaw_rate_weight * abs(command[i, 2]) < min_command:
+    if command_speed(command, i, yaw_rate_weight) < min_command:
         return 0.0
     total = 0.0
     for f in range(feet_first_contact.shape[1]):

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import math
 
+import numba
+
 from fuselab_env_core.ranges import PositiveFloat
 from fuselab_env_core.terms import observation, reward
+
+
+@numba.njit(inline="always")
+def command_speed(command, i, yaw_rate_weight):
+    """The speed env i's command asks for: |v_xy| + ``yaw_rate_weight`` x |wz| (mjlab's gait
+    terms use weight 1: a turn in place moves too)."""
+    planar = math.sqrt(command[i, 0] ** 2 + command[i, 1] ** 2)
+    return planar + yaw_rate_weight * abs(command[i, 2])
 
 
 @reward()
